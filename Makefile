@@ -1,0 +1,53 @@
+# Every target installs what it needs on first use (.venv, Python packages, Spark jars) and is
+# fast the second time. State lives in project-local folders, all ignored by git.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+JARS_READY := .jars/.ready
+
+export AIRFLOW_HOME := $(CURDIR)/.airflow
+export AIRFLOW_ICEBERG_DML_HOME := $(CURDIR)/.iceberg
+export AIRFLOW_ICEBERG_DML_JAR_CACHE := $(CURDIR)/.jars
+export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__CORE__UNIT_TEST_MODE := False
+
+.PHONY: demo test lint bench install jars clean
+
+install: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	touch $@
+
+jars: $(JARS_READY)
+
+$(JARS_READY): $(INSTALLED) airflow_iceberg_dml/runtime.py
+	$(BIN)/python -m airflow_iceberg_dml.runtime fetch
+	touch $@
+
+$(AIRFLOW_HOME)/.migrated: $(INSTALLED)
+	mkdir -p $(AIRFLOW_HOME)
+	$(BIN)/airflow db migrate > $(AIRFLOW_HOME)/migrate.log 2>&1 || (tail -20 $(AIRFLOW_HOME)/migrate.log; exit 1)
+	touch $@
+
+demo: $(JARS_READY) $(AIRFLOW_HOME)/.migrated
+	$(BIN)/python dags/iceberg_dml_quickstart.py
+
+test: $(JARS_READY)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy airflow_iceberg_dml
+
+bench: $(JARS_READY) $(AIRFLOW_HOME)/.migrated
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf .airflow .iceberg build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,159 @@
+"""One catalog configuration, seen by pyiceberg and by Spark under the same name.
+
+The input is what an Airflow ``iceberg`` connection holds (pyiceberg-style properties: ``type``,
+``uri``, ``warehouse``, ``credential``, ``s3.*`` ...). The Spark side is derived through an
+allow-list: only keys named here reach ``spark.sql.catalog.<name>.*``, so that an unrelated or
+mistyped extra never lands in a Spark configuration. No Airflow import: tested as pure logic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from airflow_iceberg_dml.exceptions import CatalogConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+
+#: Connection property -> Iceberg Java catalog property, for properties both sides share.
+_SHARED_KEYS = {
+    "warehouse": "warehouse",
+    "io-impl": "io-impl",
+    "s3.endpoint": "s3.endpoint",
+    "s3.access-key-id": "s3.access-key-id",
+    "s3.secret-access-key": "s3.secret-access-key",
+    "s3.session-token": "s3.session-token",
+    "s3.path-style-access": "s3.path-style-access",
+    # pyiceberg says s3.region, Iceberg's Java clients say client.region.
+    "s3.region": "client.region",
+}
+_REST_KEYS = {
+    "uri": "uri",
+    "credential": "credential",
+    "token": "token",
+    "prefix": "prefix",
+    "scope": "scope",
+    "oauth2-server-uri": "oauth2-server-uri",
+}
+_PREFIX_KEYS = ("header.",)
+#: Keys that only pyiceberg reads; never forwarded to Spark, never reported as ignored.
+_PYICEBERG_ONLY = {"type", "uri", "py-io-impl", "init_catalog_tables", "echo", "pool_pre_ping"}
+SUPPORTED_TYPES = ("sql", "rest")
+
+
+def embedded_properties(home: Path) -> dict[str, str]:
+    """The embedded default: a SQLite SQL catalog and a local warehouse under ``home``."""
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{home / 'catalog.db'}",
+        "warehouse": (home / "warehouse").as_uri(),
+    }
+
+
+def spark_catalog_name(conn_id: str) -> str:
+    """The catalog name both sides use: the connection id (as the official IcebergHook does)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", conn_id):
+        raise CatalogConfigError(
+            f"Connection id {conn_id!r} is also the catalog name in Spark SQL and must be a plain "
+            "identifier (letters, digits, underscores)."
+        )
+    return conn_id
+
+
+def _sqlalchemy_to_jdbc(uri: str) -> dict[str, str]:
+    """Translate pyiceberg's SQLAlchemy URL into the JDBC catalog's ``uri``/``jdbc.*`` properties."""
+    try:
+        url = make_url(uri)
+    except ArgumentError as error:
+        raise CatalogConfigError(f"SQL catalog uri {uri!r} is not a SQLAlchemy URL: {error}") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise CatalogConfigError("An in-memory SQLite catalog cannot be shared with Spark; use a file.")
+        return {"uri": f"jdbc:sqlite:{url.database}"}
+    if backend == "postgresql":
+        host = url.host or "localhost"
+        port = f":{url.port}" if url.port else ""
+        properties = {"uri": f"jdbc:postgresql://{host}{port}/{url.database or ''}"}
+        if url.username:
+            properties["jdbc.user"] = url.username
+        if url.password:
+            properties["jdbc.password"] = str(url.password)
+        return properties
+    raise CatalogConfigError(
+        f"SQL catalog backend {backend!r} is not supported for Spark; use sqlite or postgresql."
+    )
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """A catalog name and its pyiceberg properties, with the Spark properties derived from them."""
+
+    name: str
+    properties: Mapping[str, str]
+    ignored_keys: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_properties(cls, name: str, properties: Mapping[str, object]) -> CatalogConfig:
+        as_text = {key: str(value) for key, value in properties.items() if value is not None}
+        catalog_type = as_text.setdefault("type", "rest")
+        if catalog_type not in SUPPORTED_TYPES:
+            raise CatalogConfigError(
+                f"Catalog type {catalog_type!r} is not supported; "
+                f"supported types: {', '.join(SUPPORTED_TYPES)}."
+            )
+        if "uri" not in as_text:
+            raise CatalogConfigError(
+                f"The {catalog_type} catalog {name!r} has no uri: set the connection's host (or extra 'uri')."
+            )
+        known = set(_SHARED_KEYS) | set(_REST_KEYS) | _PYICEBERG_ONLY
+        ignored = tuple(
+            sorted(key for key in as_text if key not in known and not key.startswith(_PREFIX_KEYS))
+        )
+        return cls(name=spark_catalog_name(name), properties=as_text, ignored_keys=ignored)
+
+    @property
+    def catalog_type(self) -> str:
+        return self.properties["type"]
+
+    @property
+    def uses_s3(self) -> bool:
+        return self.properties.get("io-impl") == S3_FILE_IO or self.properties.get(
+            "warehouse", ""
+        ).startswith(("s3://", "s3a://"))
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        """Properties for ``pyiceberg.catalog.load_catalog(name, **properties)``."""
+        return {key: value for key, value in self.properties.items() if key != "io-impl"}
+
+    def spark_properties(self) -> dict[str, str]:
+        """``spark.sql.catalog.<name>.*`` for Iceberg's SparkCatalog, secrets included: keep off argv."""
+        catalog: dict[str, str] = {}
+        if self.catalog_type == "sql":
+            catalog["type"] = "jdbc"
+            catalog.update(_sqlalchemy_to_jdbc(self.properties["uri"]))
+        else:
+            catalog["type"] = "rest"
+            catalog.update(
+                {java: self.properties[key] for key, java in _REST_KEYS.items() if key in self.properties}
+            )
+        catalog.update(
+            {java: self.properties[key] for key, java in _SHARED_KEYS.items() if key in self.properties}
+        )
+        catalog.update({key: value for key, value in self.properties.items() if key.startswith(_PREFIX_KEYS)})
+        if self.uses_s3 and "io-impl" not in catalog:
+            catalog["io-impl"] = S3_FILE_IO
+        # A job plans the same table more than once (validation, then the change): cache manifests.
+        catalog["io.manifest.cache-enabled"] = "true"
+        prefix = f"spark.sql.catalog.{self.name}"
+        return {prefix: SPARK_CATALOG_CLASS, **{f"{prefix}.{key}": value for key, value in catalog.items()}}

@@ -1,0 +1,80 @@
+"""Errors raised by airflow-iceberg-dml, one class per condition a user can act on.
+
+This module has no Airflow import: the Spark job raises the same classes, and reports them by
+name so that the Airflow side raises the same class again (see :func:`error_from_record`).
+"""
+
+from __future__ import annotations
+
+
+class IcebergDmlError(Exception):
+    """Root of every error this package raises."""
+
+    #: False when retrying the task cannot help (bad input): the operator then fails without retry.
+    retryable = False
+
+
+class TableNotFoundError(IcebergDmlError):
+    """The table does not exist in the catalog."""
+
+
+class BranchNotFoundError(IcebergDmlError):
+    """The branch named by ``branch`` does not exist on the table."""
+
+
+class InvalidPredicateError(IcebergDmlError):
+    """The ``where`` predicate is missing, malformed, or not a boolean expression."""
+
+
+class UnknownColumnError(IcebergDmlError):
+    """A column named in ``where`` or ``set`` is not in the table's schema."""
+
+
+class InvalidExpressionError(IcebergDmlError):
+    """A ``set`` expression is malformed or cannot be assigned to its column."""
+
+
+class WriteModeConflictError(IcebergDmlError):
+    """The table is configured for a different row-level write mode than the one requested."""
+
+
+class CatalogConfigError(IcebergDmlError):
+    """The catalog connection cannot be turned into a catalog configuration."""
+
+
+class JarResolutionError(IcebergDmlError):
+    """The Iceberg runtime jars could not be found or fetched."""
+
+
+class SparkJobError(IcebergDmlError):
+    """The Spark application failed for a reason the job did not classify."""
+
+    retryable = True
+
+
+class CommitNotFoundError(IcebergDmlError):
+    """The job reported success but its commit cannot be found in the table history."""
+
+    retryable = True
+
+
+_BY_NAME: dict[str, type[IcebergDmlError]] = {
+    cls.__name__: cls
+    for cls in (
+        TableNotFoundError,
+        BranchNotFoundError,
+        InvalidPredicateError,
+        UnknownColumnError,
+        InvalidExpressionError,
+        WriteModeConflictError,
+        CatalogConfigError,
+        JarResolutionError,
+        SparkJobError,
+        CommitNotFoundError,
+    )
+}
+
+
+def error_from_record(error_type: str, message: str) -> IcebergDmlError:
+    """Rebuild the error a Spark job reported by class name (unknown names become SparkJobError)."""
+    return _BY_NAME.get(error_type, SparkJobError)(message)

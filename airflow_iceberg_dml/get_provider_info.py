@@ -1,0 +1,45 @@
+"""Provider metadata, registered under the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_iceberg_dml import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    # The `iceberg` and `spark` connection types belong to the official Iceberg and Spark
+    # providers (dependencies of this one); registering them again would clash, so the hooks
+    # below reuse them.
+    return {
+        "package-name": "airflow-iceberg-dml",
+        "name": "Iceberg row-level DML",
+        "description": "Row-level DELETE, UPDATE and maintenance of Apache Iceberg tables, run on Spark.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Apache Iceberg DML",
+                "external-doc-url": "https://iceberg.apache.org/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Apache Iceberg DML",
+                "python-modules": [
+                    "airflow_iceberg_dml.operators.delete",
+                    "airflow_iceberg_dml.operators.update",
+                ],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Apache Iceberg DML",
+                "python-modules": [
+                    "airflow_iceberg_dml.hooks.catalog",
+                    "airflow_iceberg_dml.hooks.spark_submit",
+                ],
+            }
+        ],
+        "connection-types": [],
+    }

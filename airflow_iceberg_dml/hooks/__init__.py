@@ -1,0 +1,3 @@
+"""Hooks: the catalog (pyiceberg) and spark-submit, the two things this package talks to."""
+
+from __future__ import annotations

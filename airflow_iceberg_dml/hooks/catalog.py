@@ -1,0 +1,113 @@
+"""The catalog hook: one Airflow ``iceberg`` connection, seen by pyiceberg and by Spark."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from airflow_iceberg_dml import runtime
+from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
+from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from airflow_iceberg_dml.spec import RunKey
+
+
+class IcebergCatalogHook(IcebergHook):
+    """pyiceberg catalog and Spark catalog properties from one ``iceberg`` connection.
+
+    The connection is the official ``iceberg`` type (apache-airflow-providers-apache-iceberg):
+    host = catalog URI, login/password = REST client credential, extra = pyiceberg properties
+    (``type``, ``warehouse``, ``io-impl``, ``s3.*`` ...). The catalog is named after the connection
+    id on both sides. When the connection does not exist, the embedded default is used: a SQLite
+    SQL catalog and a warehouse under ``$AIRFLOW_ICEBERG_DML_HOME``.
+
+    :param iceberg_conn_id: The Iceberg connection id; also the catalog name.
+    """
+
+    hook_name = "Iceberg (row-level DML)"
+
+    @cached_property
+    def catalog_config(self) -> CatalogConfig:
+        try:
+            conn = self.get_connection(self.conn_id)
+        except AirflowNotFoundException:
+            home = runtime.default_home()
+            home.mkdir(parents=True, exist_ok=True)
+            self.log.info("No connection %r: using the embedded catalog in %s", self.conn_id, home)
+            return CatalogConfig.from_properties(self.conn_id, embedded_properties(home))
+        properties: dict[str, Any] = dict(conn.extra_dejson or {})
+        if conn.host:
+            properties["uri"] = conn.host.rstrip("/")
+        if properties.get("type", "rest") == "rest" and conn.login and conn.password:
+            properties["credential"] = f"{conn.login}:{conn.password}"
+        config = CatalogConfig.from_properties(self.conn_id, properties)
+        if config.ignored_keys:
+            self.log.warning(
+                "Connection %r: extras not passed to Spark (not in the allow-list): %s",
+                self.conn_id,
+                ", ".join(config.ignored_keys),
+            )
+        return config
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog, named after the connection id."""
+        return load_catalog(self.catalog_config.name, **self.catalog_config.pyiceberg_properties())
+
+    def spark_properties(self) -> dict[str, str]:
+        """Spark configuration for this catalog (``spark.sql.catalog.<name>.*``)."""
+        return self.catalog_config.spark_properties()
+
+    def load_table(self, table_name: str) -> Table:
+        """Load a table by ``namespace.table``, or raise :class:`TableNotFoundError`."""
+        try:
+            return self.catalog.load_table(table_name)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            raise TableNotFoundError(
+                f"Table {table_name!r} does not exist in catalog {self.catalog_config.name!r}."
+            ) from None
+
+    @staticmethod
+    def head_snapshot(table: Table, branch: str | None = None) -> Snapshot | None:
+        """The head snapshot of ``branch`` (``main`` when None), or raise :class:`BranchNotFoundError`."""
+        if branch is None:
+            return table.current_snapshot()
+        if branch not in table.metadata.refs:
+            raise BranchNotFoundError(f"Branch {branch!r} does not exist on table {table.name()!r}.")
+        return table.snapshot_by_name(branch)
+
+    @staticmethod
+    def ancestors(table: Table, snapshot: Snapshot | None) -> Iterator[Snapshot]:
+        """``snapshot`` and its ancestors, newest first (stops where history was expired)."""
+        while snapshot is not None:
+            yield snapshot
+            parent_id = snapshot.parent_snapshot_id
+            snapshot = table.snapshot_by_id(parent_id) if parent_id is not None else None
+
+    def find_run_commits(
+        self, table: Table, run_key: RunKey, branch: str | None = None, stop_at: int | None = None
+    ) -> list[Snapshot]:
+        """Snapshots on the branch committed by ``run_key`` (any try), newest first.
+
+        Walks back from the branch head and stops at ``stop_at`` (a snapshot id known to precede
+        the run), so the cost is the number of newer snapshots, not the table's history.
+        """
+        found = []
+        for snapshot in self.ancestors(table, self.head_snapshot(table, branch)):
+            if snapshot.snapshot_id == stop_at:
+                break
+            if run_key.matches(snapshot.summary.additional_properties if snapshot.summary else {}):
+                found.append(snapshot)
+        return found

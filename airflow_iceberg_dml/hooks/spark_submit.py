@@ -1,0 +1,228 @@
+"""Runs one job spec as a real Spark application through spark-submit.
+
+Everything secret (catalog credentials, S3 keys) and the whole Spark configuration travel in a
+``--properties-file`` that only the owner can read and that is removed afterwards; the command
+line carries the master, the jars, the packaged job and the path of the spec file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+import airflow_iceberg_dml
+from airflow_iceberg_dml import runtime
+from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS, CatalogConfig
+from airflow_iceberg_dml.exceptions import SparkJobError, error_from_record
+from airflow_iceberg_dml.jobs.dml import LOG_PREFIX
+from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+DEFAULT_LOCAL_MASTER = "local[*]"
+
+# Lines of spark-submit output shown at INFO besides the job's own: problems, and the lines the
+# Spark provider parses for application and driver ids (it needs to see them to kill the job).
+_SHOWN = re.compile(
+    r"\b(ERROR|FATAL|Exception|Traceback)\b"
+    r"|application_\d|driver-\d|pod name:|spark-app-selector|[Ee]xit code:"
+)
+
+
+def escape_property(text: str) -> str:
+    """Escape a key or value for a Java ``.properties`` file."""
+    escaped = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    escaped = escaped.replace("=", "\\=").replace(":", "\\:").replace("#", "\\#").replace("!", "\\!")
+    return "\\ " + escaped[1:] if escaped.startswith(" ") else escaped
+
+
+def properties_file_text(properties: Mapping[str, str]) -> str:
+    return "".join(f"{escape_property(k)}={escape_property(v)}\n" for k, v in sorted(properties.items()))
+
+
+def spark_properties(
+    catalog: CatalogConfig,
+    spark_conf: Mapping[str, Any] | None = None,
+    *,
+    local_python: str | None = None,
+    quiet: bool = True,
+) -> dict[str, str]:
+    """The whole Spark configuration of a job: Iceberg, the catalog, then the user's own conf."""
+    user = {key: str(value) for key, value in (spark_conf or {}).items()}
+    extensions = [ICEBERG_EXTENSIONS]
+    if user.get("spark.sql.extensions"):
+        extensions += [
+            e for e in user.pop("spark.sql.extensions").split(",") if e and e != ICEBERG_EXTENSIONS
+        ]
+    properties = {
+        "spark.sql.extensions": ",".join(extensions),
+        **catalog.spark_properties(),
+    }
+    if quiet:
+        properties["spark.ui.showConsoleProgress"] = "false"
+    if local_python:
+        properties["spark.pyspark.python"] = local_python
+        properties["spark.pyspark.driver.python"] = local_python
+    properties.update(user)
+    return properties
+
+
+def package_zip(folder: Path) -> Path:
+    """Zip this package's Python sources so that a remote driver and the executors can import it."""
+    root = Path(airflow_iceberg_dml.__file__).parent
+    target = folder / "airflow_iceberg_dml.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for source in sorted(root.rglob("*.py")):
+            archive.write(source, Path("airflow_iceberg_dml") / source.relative_to(root))
+    return target
+
+
+def _write_private(path: Path, text: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+
+
+class _RoutedSparkSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook that defaults to ``local[*]`` and keeps JVM noise at DEBUG.
+
+    The job's own lines (and problems, and the lines the provider parses for ids) are logged at
+    INFO; the rest of the driver log stays available at DEBUG.
+    """
+
+    def __init__(self, *, default_master: str | None, **kwargs: Any) -> None:
+        self._default_master = default_master
+        super().__init__(**kwargs)
+
+    def _resolve_connection(self) -> dict[str, Any]:
+        data = super()._resolve_connection()
+        if self._default_master:
+            data["master"] = self._default_master
+        return data
+
+    def _get_spark_binary_path(self) -> list[str]:
+        binary = self._connection["spark_binary"]
+        if shutil.which(binary) is None:
+            # The pyspark wheel carries spark-submit; it is not on PATH when Airflow runs outside the venv.
+            import pyspark
+
+            bundled = Path(pyspark.__file__).parent / "bin" / binary
+            if bundled.is_file():
+                return [str(bundled)]
+        return [binary]
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        super()._process_spark_submit_log(self._route(itr))
+
+    def _route(self, lines: Iterator[Any]) -> Iterator[str]:
+        in_traceback = False
+        for raw in lines:
+            line = str(raw).rstrip()
+            if line.startswith(LOG_PREFIX):
+                yield line[len(LOG_PREFIX) :]
+            elif in_traceback or _SHOWN.search(line):
+                in_traceback = in_traceback or "Traceback" in line
+                yield line
+            else:
+                self.log.debug("%s", line)
+
+
+class IcebergSparkSubmitHook(BaseHook):
+    """Submits the packaged PySpark job for a :class:`DmlSpec` and returns its :class:`JobRecord`.
+
+    :param spark_conn_id: A ``spark`` connection (master, deploy mode, binary, queue ...). When it
+        does not exist, the job runs on ``local[*]``.
+    :param spark_conf: Extra Spark configuration; it goes into the private properties file, never
+        onto the command line.
+    """
+
+    def __init__(
+        self, spark_conn_id: str = "spark_default", spark_conf: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__()
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self._submit_hook: _RoutedSparkSubmitHook | None = None
+
+    def _connection_fields(self) -> tuple[str | None, str | None]:
+        """(master, deploy mode) of the Spark connection; (None, None) when there is none."""
+        try:
+            conn = self.get_connection(self.spark_conn_id)
+        except AirflowNotFoundException:
+            return None, None
+        master = conn.host or ""
+        if conn.port:
+            master = f"{master}:{conn.port}"
+        return master, conn.extra_dejson.get("deploy-mode")
+
+    def submit(self, spec: DmlSpec, catalog: CatalogConfig, name: str) -> JobRecord | None:
+        """Run the job. Returns its record, or None when the driver ran remotely (cluster mode).
+
+        Raises the job's own error class when it reported one (see :mod:`~airflow_iceberg_dml.exceptions`).
+        """
+        master, deploy_mode = self._connection_fields()
+        remote_driver = deploy_mode == "cluster"
+        artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
+        jars = runtime.resolve_jars(artifacts)
+        with tempfile.TemporaryDirectory(prefix="iceberg-dml-") as folder_name:
+            folder = Path(folder_name)
+            result_path = None if remote_driver else folder / "result.json"
+            spec = replace(spec, result_path=str(result_path) if result_path else None)
+            spec_path = folder / "spec.json"
+            _write_private(spec_path, spec.to_json())
+            properties_path = folder / "spark.properties"
+            local = master is None or master.startswith("local")
+            properties = spark_properties(
+                catalog,
+                self.spark_conf,
+                local_python=sys.executable if local else None,
+                quiet=not self.log.isEnabledFor(logging.DEBUG),
+            )
+            _write_private(properties_path, properties_file_text(properties))
+            # A remote driver gets the spec shipped with the application, by file name.
+            self._submit_hook = _RoutedSparkSubmitHook(
+                default_master=None if master is not None else DEFAULT_LOCAL_MASTER,
+                conn_id=self.spark_conn_id,
+                name=name,
+                jars=",".join(jars) or None,
+                py_files=str(package_zip(folder)),
+                files=str(spec_path) if remote_driver else None,
+                properties_file=str(properties_path),
+                application_args=[spec_path.name if remote_driver else str(spec_path)],
+            )
+            submit_error: AirflowException | None = None
+            try:
+                self._submit_hook.submit(str(resources.files("airflow_iceberg_dml.jobs") / "dml.py"))
+            except AirflowException as error:
+                submit_error = error
+            record = self._read_record(result_path)
+        if record is not None and record.outcome is Outcome.FAILED:
+            raise error_from_record(record.error_type or "", record.error_message or "") from submit_error
+        if submit_error is not None:
+            raise SparkJobError(f"spark-submit failed: {submit_error}") from submit_error
+        return record
+
+    @staticmethod
+    def _read_record(path: Path | None) -> JobRecord | None:
+        if path is None or not path.is_file():
+            return None
+        return JobRecord.from_json(path.read_text())
+
+    def on_kill(self) -> None:
+        """Stop the Spark application (the process, or the YARN/Kubernetes/standalone driver)."""
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()

@@ -1,0 +1,135 @@
+"""Pure builders of the Spark SQL text a job runs. No Spark, no Airflow: unit-tested directly."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+
+def quote_identifier(name: str) -> str:
+    """Quote one identifier part for Spark SQL (backticks, embedded backticks doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def split_table_name(table: str) -> list[str]:
+    """Split ``namespace.table`` (or ``a.b.table`` for nested namespaces) into its parts."""
+    parts = table.split(".")
+    if len(parts) < 2 or any(not part.strip() for part in parts):
+        raise ValueError(
+            f"Table name {table!r} must be 'namespace.table' (the catalog comes from the connection)."
+        )
+    return parts
+
+
+def table_identifier(catalog: str, table: str, branch: str | None = None) -> str:
+    """The quoted Spark identifier of a table, or of one of its branches (``branch_<name>``)."""
+    parts = [catalog, *split_table_name(table)]
+    if branch:
+        parts.append(f"branch_{branch}")
+    return ".".join(quote_identifier(part) for part in parts)
+
+
+# The predicate always comes last, on a line of its own, and is never wrapped in parentheses:
+# `FROM t WHERE (x)` can parse as a table alias named WHERE with a column list. The job has
+# checked that the predicate parses as exactly one expression before any statement is built.
+
+
+def delete_statement(target: str, where: str) -> str:
+    return f"DELETE FROM {target}\nWHERE\n{where}"
+
+
+def update_statement(target: str, assignments: Mapping[str, str], where: str) -> str:
+    set_clause = ",\n    ".join(
+        f"{quote_identifier(column)} = (\n{expression}\n)" for column, expression in assignments.items()
+    )
+    return f"UPDATE {target}\nSET {set_clause}\nWHERE\n{where}"
+
+
+def probe_query(target: str, where: str, assignments: Mapping[str, str] | None = None) -> str:
+    """A SELECT that Spark analyses exactly like the change: same columns, predicate and expressions."""
+    if assignments:
+        projection = ",\n  ".join(
+            f"(\n{expression}\n) AS {quote_identifier(column)}" for column, expression in assignments.items()
+        )
+    else:
+        projection = "*"
+    return f"SELECT {projection}\nFROM {target}\nWHERE\n{where}"
+
+
+def rewrite_query(
+    source: str, snapshot_id: int, columns: Sequence[str], assignments: Mapping[str, str]
+) -> str:
+    """Every row of one snapshot with the assignments applied, in the table's column order."""
+    by_lower = {column.lower(): expression for column, expression in assignments.items()}
+    projection = ",\n  ".join(
+        f"(\n{by_lower[column.lower()]}\n) AS {quote_identifier(column)}"
+        if column.lower() in by_lower
+        else quote_identifier(column)
+        for column in columns
+    )
+    return f"SELECT {projection}\nFROM {source} VERSION AS OF {int(snapshot_id)}"
+
+
+def literal(value: object) -> str:
+    """A Spark SQL literal for a parameter value (strings escaped, never spliced raw)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return f"{value}L" if not -(2**31) <= value < 2**31 else str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return f"CAST('{value}' AS DOUBLE)"
+        return f"{value!r}D"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise TypeError(f"Parameter values must be str, int, float, bool or None, not {type(value).__name__}.")
+
+
+_IDENTIFIER_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_IDENTIFIER_PART = _IDENTIFIER_START | frozenset("0123456789")
+
+
+def bind_parameters(text: str, parameters: Mapping[str, object]) -> str:
+    """Replace named markers (``:name``) outside quotes and comments with literals.
+
+    Spark binds markers itself, except when Iceberg's SQL extensions are installed (as they are
+    in every job): their parser drops the bindings. So the job binds them here, the same way.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char in "'\"`":
+            end = i + 1
+            while end < n and text[end] != char:
+                end += 2 if text[end] == "\\" and char != "`" else 1
+            out.append(text[i : end + 1])
+            i = end + 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            end = n if end == -1 else end
+            out.append(text[i:end])
+            i = end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end == -1 else end + 2
+            out.append(text[i:end])
+            i = end
+        elif char == ":" and text[i + 1 : i + 2] in _IDENTIFIER_START and text[i - 1 : i] != ":":
+            end = i + 1
+            while end < n and text[end] in _IDENTIFIER_PART:
+                end += 1
+            name = text[i + 1 : end]
+            if name not in parameters:
+                raise KeyError(name)
+            out.append(literal(parameters[name]))
+            i = end
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)

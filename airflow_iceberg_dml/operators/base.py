@@ -1,0 +1,260 @@
+"""What the DELETE and UPDATE operators share: checks, the spark-submit round trip, the result."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_dml.exceptions import (
+    CommitNotFoundError,
+    IcebergDmlError,
+    InvalidPredicateError,
+    UnknownColumnError,
+)
+from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg_dml.jobs.sql import split_table_name
+from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
+from airflow_iceberg_dml.spec import (
+    DmlSpec,
+    JobKind,
+    JobRecord,
+    Outcome,
+    RunKey,
+    ScalarParameter,
+    SummaryKey,
+    WriteMode,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from airflow.sdk import Context
+    from pydantic import JsonValue
+    from pyiceberg.table import Table
+
+
+def table_asset_uri(catalog_conn_id: str, table: str) -> str:
+    """``iceberg://<catalog>/<namespace>/<table>``; the catalog is the connection id (its name)."""
+    return f"iceberg://{catalog_conn_id}/" + "/".join(split_table_name(table))
+
+
+def _is_template(value: str) -> bool:
+    return "{{" in value or "{%" in value
+
+
+class BaseIcebergDmlOperator(BaseOperator):
+    """Base of :class:`IcebergDeleteOperator` and :class:`IcebergUpdateOperator`.
+
+    :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
+    :param where: Spark SQL boolean predicate selecting the rows. Required; pass ``"TRUE"`` to
+        select every row on purpose. (templated)
+    :param parameters: Values for named parameter markers (``:name``) in ``where`` and the ``set``
+        expressions, bound by Spark instead of formatted into the SQL. (templated)
+    :param catalog_conn_id: ``iceberg`` connection; also the catalog name in Spark. With no such
+        connection, the embedded SQLite catalog is used.
+    :param spark_conn_id: ``spark`` connection; with no such connection, ``local[*]``.
+    :param spark_conf: Extra Spark configuration for this job (kept off the command line).
+    :param snapshot_properties: Your own entries for the commit's snapshot summary, e.g. a batch
+        id. The run key is always added. (templated)
+    :param branch: Change this branch instead of ``main``; it must exist. (templated)
+    :param write_mode: ``merge-on-read`` (default), ``copy-on-write``, or ``table`` to follow the
+        table's property. When the table's property is unset it is set to the requested mode; when
+        it is set to the other mode the task fails, committing nothing.
+    """
+
+    job_kind: ClassVar[JobKind]
+    template_fields: Sequence[str] = ("table", "where", "parameters", "snapshot_properties", "branch")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"where": "sql", "parameters": "json"}
+    ui_color = "#c9e8f5"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str,
+        parameters: Mapping[str, ScalarParameter] | None = None,
+        catalog_conn_id: str = IcebergCatalogHook.default_conn_name,
+        spark_conn_id: str = "spark_default",
+        spark_conf: Mapping[str, Any] | None = None,
+        snapshot_properties: Mapping[str, str] | None = None,
+        branch: str | None = None,
+        write_mode: WriteMode | str = WriteMode.MERGE_ON_READ,
+        **kwargs: Any,
+    ) -> None:
+        outlets = list(kwargs.pop("outlets", None) or [])
+        if _is_template(table):
+            # The table is known only at run time: declare an alias and attach the table to it then.
+            self._table_outlet: Asset | AssetAlias = AssetAlias(name=f"iceberg-dml:{catalog_conn_id}:{table}")
+        else:
+            self._table_outlet = Asset(uri=table_asset_uri(catalog_conn_id, table))
+        super().__init__(outlets=[*outlets, self._table_outlet], **kwargs)
+        self.table = table
+        self.where = where
+        self.parameters = parameters
+        self.catalog_conn_id = catalog_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = spark_conf
+        self.snapshot_properties = snapshot_properties
+        self.branch = branch
+        self.write_mode = write_mode
+        self._spark_hook: IcebergSparkSubmitHook | None = None
+
+    def assignments(self) -> dict[str, str]:
+        """UPDATE's ``set``; empty for DELETE."""
+        return {}
+
+    def _check_inputs(self, table: Table) -> None:
+        """Cheap checks from table metadata, before any Spark application starts."""
+        if not isinstance(self.where, str) or not self.where.strip():
+            raise InvalidPredicateError(
+                "where is required and must be a non-empty Spark SQL predicate; "
+                'to change every row on purpose, pass where="TRUE".'
+            )
+        columns = {field.name.lower() for field in table.schema().fields}
+        unknown = sorted(column for column in self.assignments() if column.lower() not in columns)
+        if unknown:
+            raise UnknownColumnError(
+                f"set: column(s) {unknown} not in table {self.table!r} (columns: {sorted(columns)})."
+            )
+
+    def execute(self, context: Context) -> DmlResult:
+        started = time.monotonic()
+        try:
+            return self._run(context, started)
+        except (IcebergDmlError, ValueError) as error:
+            if isinstance(error, IcebergDmlError) and error.retryable:
+                raise
+            # Bad input: retrying cannot help, so fail the task without using up its retries.
+            raise AirflowFailException(f"{type(error).__name__}: {error}") from error
+
+    def _run(self, context: Context, started: float) -> DmlResult:
+        write_mode = WriteMode(self.write_mode)
+        catalog_hook = IcebergCatalogHook(self.catalog_conn_id)
+        table = catalog_hook.load_table(self.table)
+        self._check_inputs(table)
+        head_before = catalog_hook.head_snapshot(table, self.branch)
+        ti = context["ti"]
+        run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+        spec = DmlSpec(
+            kind=self.job_kind,
+            catalog=catalog_hook.catalog_config.name,
+            table=self.table,
+            where=self.where,
+            assignments=self.assignments(),
+            parameters=dict(self.parameters or {}),
+            write_mode=write_mode,
+            branch=self.branch,
+            snapshot_properties={
+                **(self.snapshot_properties or {}),
+                **run_key.summary_properties(ti.try_number),
+            },
+        )
+        self.log.info(
+            "%s on %s.%s (ref %s, head snapshot %s), write mode %s, where: %s",
+            self.job_kind.value.upper(),
+            spec.catalog,
+            self.table,
+            self.branch or "main",
+            head_before.snapshot_id if head_before else None,
+            write_mode.value,
+            self.where,
+        )
+        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
+        record = self._spark_hook.submit(
+            spec, catalog_hook.catalog_config, name=f"iceberg-dml-{ti.dag_id}-{ti.task_id}"
+        )
+        result = self._result(
+            catalog_hook, run_key, record, head_before.snapshot_id if head_before else None, started
+        )
+        self._emit_asset_event(context, result)
+        self._log_result(result)
+        return result
+
+    def _result(
+        self,
+        catalog_hook: IcebergCatalogHook,
+        run_key: RunKey,
+        record: JobRecord | None,
+        head_before: int | None,
+        started: float,
+    ) -> DmlResult:
+        branch = self.branch or "main"
+        table = catalog_hook.load_table(self.table)
+        if record is not None and record.outcome is Outcome.NOOP:
+            return noop_result(
+                table=self.table,
+                branch=branch,
+                head_snapshot_id=head_before,
+                spark_app_id=record.spark_app_id,
+                duration_s=time.monotonic() - started,
+            )
+        if record is not None and record.snapshot_id is not None:
+            snapshot = table.snapshot_by_id(record.snapshot_id)
+        else:
+            # Remote driver: no record file. The run key in the history names the commit.
+            commits = catalog_hook.find_run_commits(table, run_key, self.branch, stop_at=head_before)
+            snapshot = commits[0] if commits else None
+        if snapshot is None or snapshot.summary is None:
+            raise CommitNotFoundError(
+                f"The Spark job finished but no commit of run {run_key} is in the history of {self.table!r}."
+            )
+        parent = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        summary = snapshot.summary.additional_properties
+        return committed_result(
+            table=self.table,
+            branch=branch,
+            operation=snapshot.summary.operation.value,
+            snapshot_id=snapshot.snapshot_id,
+            parent_snapshot_id=snapshot.parent_snapshot_id,
+            sequence_number=snapshot.sequence_number,
+            timestamp_ms=snapshot.timestamp_ms,
+            summary=summary,
+            parent_summary=parent.summary.additional_properties if parent and parent.summary else None,
+            write_mode=record.write_mode if record else None,
+            plan=record.plan.value if record and record.plan else summary.get(SummaryKey.PLAN, ""),
+            duration_s=time.monotonic() - started,
+        )
+
+    def _emit_asset_event(self, context: Context, result: DmlResult) -> None:
+        extra: dict[str, JsonValue] = {
+            "snapshot_id": result["snapshot_id"],
+            "operation": result["operation"],
+            "branch": result["branch"],
+            "noop": result["noop"],
+        }
+        outlet_events = context["outlet_events"]
+        if isinstance(self._table_outlet, AssetAlias):
+            asset = Asset(uri=table_asset_uri(self.catalog_conn_id, self.table))
+            outlet_events[self._table_outlet].add(asset, extra=extra)
+        else:
+            outlet_events[self._table_outlet].extra = extra
+
+    def _log_result(self, result: DmlResult) -> None:
+        if result["noop"]:
+            self.log.info(
+                "No-op: nothing matched; %s stays on snapshot %s.", self.table, result["snapshot_id"]
+            )
+            return
+        self.log.info(
+            "Committed snapshot %s (%s, plan %s, write mode %s): %d row(s) deleted, %d inserted, "
+            "%d delete file(s) and %d data file(s) added, %d data file(s) removed, in %.1fs.",
+            result["snapshot_id"],
+            result["operation"],
+            result["plan"],
+            result["write_mode"],
+            result["rows_deleted"],
+            result["rows_inserted"],
+            result["added_delete_files"],
+            result["added_data_files"],
+            result["removed_data_files"],
+            result["duration_s"],
+        )
+
+    def on_kill(self) -> None:
+        """Stop the Spark application of this task."""
+        if self._spark_hook is not None:
+            self._spark_hook.on_kill()

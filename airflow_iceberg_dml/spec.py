@@ -1,0 +1,203 @@
+"""The typed job spec that crosses from Airflow to Spark, and the record the job sends back.
+
+The operator builds a spec, the hook writes it to a JSON file, the PySpark job in
+``airflow_iceberg_dml.jobs`` reads it back. Serialisation lives here and nowhere else.
+This module imports only the standard library: it runs inside the Spark driver too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from airflow_iceberg_dml import __version__
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PACKAGE_VERSION = __version__
+
+#: Version of the JSON layout below. A job refuses a spec whose version it does not know.
+SPEC_VERSION = 1
+
+
+class JobKind(StrEnum):
+    """What a job does to the table."""
+
+    DELETE = "delete"
+    """Remove the rows that match ``where``."""
+    UPDATE = "update"
+    """Assign ``set`` expressions to the rows that match ``where``."""
+
+
+class WriteMode(StrEnum):
+    """How a row-level change is written (Iceberg's ``write.delete.mode`` / ``write.update.mode``)."""
+
+    MERGE_ON_READ = "merge-on-read"
+    """Deleted rows go to position delete files (deletion vectors on format v3); no data file is rewritten."""
+    COPY_ON_WRITE = "copy-on-write"
+    """Every data file holding a changed row is rewritten without it; no delete file is written."""
+    TABLE = "table"
+    """Use what the table's property says (Iceberg's default, copy-on-write, when it is unset)."""
+
+
+class Plan(StrEnum):
+    """How the job carried out the change."""
+
+    ROW_LEVEL = "row-level"
+    """A Spark SQL DELETE or UPDATE in the table's write mode."""
+    TRUNCATE = "truncate"
+    """A constant-true DELETE: every data and delete file is dropped in one metadata-only commit."""
+    REWRITE = "rewrite"
+    """A constant-true UPDATE: all rows rewritten and the old files replaced in one commit."""
+    NOOP = "noop"
+    """The predicate matched nothing (or the table was empty): nothing was committed."""
+
+
+class SummaryKey:
+    """Snapshot summary keys that this package writes, or reads from Iceberg's own summary."""
+
+    # Written by this package on every commit it makes: the run key and where it came from.
+    DAG_ID = "airflow.dag-id"
+    TASK_ID = "airflow.task-id"
+    RUN_ID = "airflow.run-id"
+    MAP_INDEX = "airflow.map-index"
+    TRY_NUMBER = "airflow.try-number"
+    PACKAGE_VERSION = "airflow-iceberg-dml.version"
+    PLAN = "airflow-iceberg-dml.plan"
+
+    # Written by Iceberg and Spark.
+    SPARK_APP_ID = "spark.app.id"
+    ADDED_DATA_FILES = "added-data-files"
+    DELETED_DATA_FILES = "deleted-data-files"
+    ADDED_DELETE_FILES = "added-delete-files"
+    ADDED_DVS = "added-dvs"
+    ADDED_POSITION_DELETES = "added-position-deletes"
+    ADDED_RECORDS = "added-records"
+    DELETED_RECORDS = "deleted-records"
+    TOTAL_RECORDS = "total-records"
+    TOTAL_POSITION_DELETES = "total-position-deletes"
+    TOTAL_DELETE_FILES = "total-delete-files"
+    TOTAL_DATA_FILES = "total-data-files"
+    CHANGED_PARTITION_COUNT = "changed-partition-count"
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """The Airflow identity of one logical change. Two tries of a task share it."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+
+    def summary_properties(self, try_number: int) -> dict[str, str]:
+        """The snapshot summary entries that tie a commit to this run key and try."""
+        return {
+            SummaryKey.DAG_ID: self.dag_id,
+            SummaryKey.TASK_ID: self.task_id,
+            SummaryKey.RUN_ID: self.run_id,
+            SummaryKey.MAP_INDEX: str(self.map_index),
+            SummaryKey.TRY_NUMBER: str(try_number),
+            SummaryKey.PACKAGE_VERSION: PACKAGE_VERSION,
+        }
+
+    def matches(self, summary: Mapping[str, str]) -> bool:
+        """True when a snapshot summary carries this run key (any try)."""
+        return (
+            summary.get(SummaryKey.DAG_ID) == self.dag_id
+            and summary.get(SummaryKey.TASK_ID) == self.task_id
+            and summary.get(SummaryKey.RUN_ID) == self.run_id
+            and summary.get(SummaryKey.MAP_INDEX) == str(self.map_index)
+        )
+
+
+ScalarParameter = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class DmlSpec:
+    """One DELETE or UPDATE, as the Spark job receives it.
+
+    :param kind: DELETE or UPDATE.
+    :param catalog: Catalog name, the same in Spark and pyiceberg.
+    :param table: ``namespace.table`` inside the catalog.
+    :param where: Spark SQL boolean expression selecting the rows.
+    :param assignments: UPDATE only: column name to Spark SQL expression.
+    :param parameters: Values bound to named parameter markers (``:name``) in ``where``/``assignments``.
+    :param write_mode: Row-level write mode requested.
+    :param branch: Branch to change instead of ``main``.
+    :param snapshot_properties: Entries added to the summary of the commit (run key included).
+    :param result_path: Where the job writes its :class:`JobRecord`; None when the driver is remote.
+    """
+
+    kind: JobKind
+    catalog: str
+    table: str
+    where: str
+    assignments: Mapping[str, str] = field(default_factory=dict)
+    parameters: Mapping[str, ScalarParameter] = field(default_factory=dict)
+    write_mode: WriteMode = WriteMode.MERGE_ON_READ
+    branch: str | None = None
+    snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    result_path: str | None = None
+    version: int = SPEC_VERSION
+
+    def to_json(self) -> str:
+        payload = asdict(self)
+        payload["kind"] = self.kind.value
+        payload["write_mode"] = self.write_mode.value
+        return json.dumps(payload, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DmlSpec:
+        payload: dict[str, Any] = json.loads(text)
+        version = payload.get("version")
+        if version != SPEC_VERSION:
+            raise ValueError(
+                f"Job spec version {version!r} is not supported by this job (expects {SPEC_VERSION}); "
+                "the Airflow side and the Spark side run different package versions."
+            )
+        payload["kind"] = JobKind(payload["kind"])
+        payload["write_mode"] = WriteMode(payload["write_mode"])
+        return cls(**payload)
+
+
+class Outcome(StrEnum):
+    """How a job ended."""
+
+    COMMITTED = "committed"
+    """The change was committed as one new snapshot."""
+    NOOP = "noop"
+    """Nothing matched; nothing was committed."""
+    FAILED = "failed"
+    """The job stopped before committing; ``error_type`` and ``error_message`` say why."""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What the Spark job reports back about its run (the numbers come from the snapshot itself)."""
+
+    outcome: Outcome
+    spark_app_id: str | None = None
+    snapshot_id: int | None = None
+    write_mode: str | None = None
+    plan: Plan | None = None
+    statement: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+    def to_json(self) -> str:
+        payload = asdict(self)
+        payload["outcome"] = self.outcome.value
+        payload["plan"] = self.plan.value if self.plan else None
+        return json.dumps(payload, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobRecord:
+        payload: dict[str, Any] = json.loads(text)
+        payload["outcome"] = Outcome(payload["outcome"])
+        payload["plan"] = Plan(payload["plan"]) if payload.get("plan") else None
+        return cls(**payload)

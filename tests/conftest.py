@@ -1,0 +1,115 @@
+"""Shared fixtures: one private Airflow home, one embedded catalog, one SparkSession for the suite.
+
+The environment is set before anything imports Airflow, so tests never touch a user's ~/airflow.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+_STATE = Path(tempfile.mkdtemp(prefix="iceberg-dml-tests-"))
+os.environ["AIRFLOW_HOME"] = str(_STATE / "airflow")
+os.environ["AIRFLOW_ICEBERG_DML_HOME"] = str(_STATE / "iceberg")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
+os.environ.setdefault("AIRFLOW_ICEBERG_DML_JAR_CACHE", str(Path(__file__).resolve().parents[1] / ".jars"))
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+CATALOG = "iceberg_default"
+NAMESPACE = "tests"
+_table_numbers = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """A migrated Airflow metadata database (SQLite) for tests that run real tasks."""
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True, text=True
+    )
+
+
+@pytest.fixture(scope="session")
+def catalog_hook() -> IcebergCatalogHook:
+    """The hook on the embedded catalog (no ``iceberg_default`` connection exists in tests)."""
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    hook = IcebergCatalogHook(CATALOG)
+    hook.catalog.create_namespace_if_not_exists(NAMESPACE)
+    return hook
+
+
+@pytest.fixture(scope="session")
+def spark(catalog_hook: IcebergCatalogHook) -> Iterator[SparkSession]:
+    """One local SparkSession, configured exactly as a job's properties file would configure it."""
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml import runtime
+    from airflow_iceberg_dml.hooks.spark_submit import spark_properties
+
+    builder = SparkSession.builder.master("local[2]").appName("airflow-iceberg-dml-tests")
+    properties = spark_properties(catalog_hook.catalog_config, {"spark.ui.enabled": "false"})
+    properties["spark.jars"] = ",".join(runtime.resolve_jars())
+    properties["spark.sql.shuffle.partitions"] = "4"
+    for key, value in properties.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def new_table_name(prefix: str = "t") -> str:
+    return f"{NAMESPACE}.{prefix}_{next(_table_numbers)}"
+
+
+def create_orders_table(
+    spark: SparkSession,
+    name: str,
+    *,
+    format_version: int = 2,
+    rows: int = 3000,
+    files_per_partition: int = 2,
+    properties: dict[str, str] | None = None,
+) -> str:
+    """A small orders table partitioned by status, ``files_per_partition`` data files each.
+
+    Columns: order_id (1..rows), customer_id (order_id % 100), status ('O', 'F', 'P' by order_id % 3),
+    amount (order_id * 1.5), comment (NULL for every 10th order).
+    """
+    table_properties = {"format-version": str(format_version), **(properties or {})}
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in table_properties.items())
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, customer_id BIGINT, status STRING, amount DOUBLE, "
+        f"comment STRING) USING iceberg PARTITIONED BY (status) TBLPROPERTIES ({props})"
+    )
+    spark.sql(
+        f"""
+        SELECT id AS order_id, id % 100 AS customer_id,
+               element_at(array('O', 'F', 'P'), CAST(id % 3 AS INT) + 1) AS status,
+               id * 1.5 AS amount,
+               CASE WHEN id % 10 = 0 THEN NULL ELSE concat('order ', id) END AS comment
+        FROM range(1, {rows + 1})
+        """
+    ).repartition(files_per_partition, "order_id").sortWithinPartitions("status").writeTo(
+        f"{CATALOG}.{name}"
+    ).append()
+    return name
+
+
+def load(catalog_hook: IcebergCatalogHook, name: str) -> Table:
+    return catalog_hook.catalog.load_table(name)

@@ -1,0 +1,300 @@
+"""The Spark job on real Spark + Iceberg, read back with pyiceberg. One shared SparkSession."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+import pytest
+
+from airflow_iceberg_dml.exceptions import (
+    BranchNotFoundError,
+    InvalidExpressionError,
+    InvalidPredicateError,
+    TableNotFoundError,
+    UnknownColumnError,
+    WriteModeConflictError,
+)
+from airflow_iceberg_dml.jobs.dml import DmlJob
+from airflow_iceberg_dml.result import rows_deleted
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, Plan, RunKey, SummaryKey, WriteMode
+from tests.conftest import CATALOG, create_orders_table, load, new_table_name
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyspark.sql import SparkSession
+
+
+RUN_KEY = RunKey("dag_a", "task_b", "manual__2026-11-21", 3)
+
+
+def run(spark: SparkSession, table: str, kind: JobKind = JobKind.DELETE, **fields: Any) -> Any:
+    spec = DmlSpec(
+        kind=kind,
+        catalog=CATALOG,
+        table=table,
+        snapshot_properties={**RUN_KEY.summary_properties(try_number=1), "batch": "b-42"},
+        **fields,
+    )
+    return DmlJob(spark, spec).run()
+
+
+def summary(table: Table) -> dict[str, str]:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert snapshot.summary is not None
+    return snapshot.summary.additional_properties
+
+
+def data_file_paths(table: Table) -> set[str]:
+    return {task.file.file_path for task in table.scan().plan_files()}
+
+
+def spark_rows(spark: SparkSession, name: str, order: str = "order_id") -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{name} ORDER BY {order}").collect()]
+
+
+def pyiceberg_rows(table: Table) -> list[tuple[Any, ...]]:
+    arrow = table.scan().to_arrow().sort_by("order_id")
+    return [tuple(row.values()) for row in arrow.to_pylist()]
+
+
+def test_delete_on_v2_writes_only_position_delete_files(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("delete_v2"))
+    before = load(catalog_hook, name)
+    files_before = data_file_paths(before)
+
+    record = run(spark, name, where="customer_id = 7 OR order_id BETWEEN 10 AND 20")
+
+    after = load(catalog_hook, name)
+    s = summary(after)
+    assert record.outcome is Outcome.COMMITTED
+    assert record.plan is Plan.ROW_LEVEL
+    assert record.write_mode == WriteMode.MERGE_ON_READ.value
+    assert record.snapshot_id == after.current_snapshot().snapshot_id
+    assert after.current_snapshot().summary.operation.value == "delete"
+    assert int(s["added-delete-files"]) > 0
+    assert int(s["added-position-deletes"]) == 41  # customer 7: 30 orders; orders 10..20: 11 more
+    assert "deleted-data-files" not in s
+    assert data_file_paths(after) == files_before
+    # Deletes clustered per data file: never more delete files than data files holding deleted rows.
+    touched = {t.file.file_path for t in after.scan().plan_files() if t.delete_files}
+    assert int(s["added-delete-files"]) <= len(touched)
+    expected = spark_rows(spark, name)
+    assert all(r[1] != 7 and not 10 <= r[0] <= 20 for r in expected)
+    assert pyiceberg_rows(after) == expected
+    assert len(expected) == 3000 - 41
+    assert rows_deleted(s, before.current_snapshot().summary.additional_properties) == 41
+
+
+def test_every_commit_carries_the_run_key_and_user_properties(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("runkey"), rows=300)
+    run(spark, name, where="order_id < 5")
+    s = summary(load(catalog_hook, name))
+    assert RUN_KEY.matches(s)
+    assert s[SummaryKey.TRY_NUMBER] == "1"
+    assert s[SummaryKey.PACKAGE_VERSION]
+    assert s["batch"] == "b-42"
+    assert s[SummaryKey.PLAN] == "row-level"
+    assert s[SummaryKey.SPARK_APP_ID] == spark.sparkContext.applicationId
+    # Session-wide properties are removed again: a later plain commit does not carry them.
+    spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES (9999, 1, 'O', 1.0, 'x')")
+    assert not RUN_KEY.matches(summary(load(catalog_hook, name)))
+
+
+@pytest.mark.parametrize("kind", [JobKind.DELETE, JobKind.UPDATE])
+def test_v3_tables_get_deletion_vectors(spark, catalog_hook, kind) -> None:
+    name = create_orders_table(spark, new_table_name(f"dv_{kind.value}"), format_version=3, rows=600)
+    fields: dict[str, Any] = {"where": "order_id % 50 = 0"}
+    if kind is JobKind.UPDATE:
+        fields["assignments"] = {"amount": "amount + 1"}
+    run(spark, name, kind, **fields)
+    s = summary(load(catalog_hook, name))
+    assert int(s["added-dvs"]) > 0
+    assert int(s["added-position-deletes"]) == 12
+
+
+def test_update_moves_rows_between_partitions_in_one_commit(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("update_partition"), rows=900)
+    before = load(catalog_hook, name)
+    snapshots_before = len(before.metadata.snapshots)
+
+    record = run(
+        spark, name, JobKind.UPDATE, where="status = 'O' AND order_id <= 30", assignments={"status": "'X'"}
+    )
+
+    after = load(catalog_hook, name)
+    s = summary(after)
+    assert record.plan is Plan.ROW_LEVEL
+    assert len(after.metadata.snapshots) == snapshots_before + 1
+    assert after.current_snapshot().summary.operation.value == "overwrite"
+    # One snapshot holds both halves: the deletes and the moved rows.
+    assert int(s["added-position-deletes"]) == 10
+    assert int(s["added-records"]) == 10
+    arrow = after.scan().to_arrow()
+    moved = arrow.filter(pc.equal(arrow["status"], "X"))
+    assert sorted(moved["order_id"].to_pylist()) == [i for i in range(1, 31) if i % 3 == 0]
+    assert arrow.num_rows == 900
+    partitions = {p["partition"]["status"] for p in after.inspect.partitions().to_pylist()}
+    assert "X" in partitions
+
+
+def test_update_null_semantics(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("nulls"), rows=100)
+    noop = run(spark, name, JobKind.UPDATE, where="comment = NULL", assignments={"comment": "'none'"})
+    assert noop.outcome is Outcome.NOOP
+    record = run(spark, name, JobKind.UPDATE, where="comment IS NULL", assignments={"comment": "'none'"})
+    assert record.outcome is Outcome.COMMITTED
+    arrow = load(catalog_hook, name).scan().to_arrow()
+    assert pc.sum(pc.equal(arrow["comment"], "none")).as_py() == 10
+    assert arrow["comment"].null_count == 0
+
+
+def test_delete_where_true_is_a_metadata_only_truncate(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("truncate"), rows=300)
+    run(spark, name, where="order_id < 10")  # leave delete files behind first
+    before = load(catalog_hook, name)
+    count_before = len(before.metadata.snapshots)
+
+    record = run(spark, name, where="TRUE")
+
+    after = load(catalog_hook, name)
+    s = summary(after)
+    assert record.plan is Plan.TRUNCATE
+    assert len(after.metadata.snapshots) == count_before + 1
+    assert after.current_snapshot().summary.operation.value == "delete"
+    assert "added-delete-files" not in s
+    assert s["total-delete-files"] == "0"
+    assert s["total-records"] == "0"
+    assert RUN_KEY.matches(s)
+    assert rows_deleted(s, before.current_snapshot().summary.additional_properties) == 300 - 9
+    assert after.scan().to_arrow().num_rows == 0
+
+
+def test_update_every_row_rewrites_without_delete_files_even_on_partition_column(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("rewrite"), rows=300)
+    run(spark, name, where="order_id <= 3")  # an earlier delete file must be folded away too
+    before = load(catalog_hook, name)
+    count_before = len(before.metadata.snapshots)
+
+    record = run(
+        spark,
+        name,
+        JobKind.UPDATE,
+        where="1 = 1",
+        assignments={"status": "lower(status)", "amount": "amount * 2"},
+    )
+
+    after = load(catalog_hook, name)
+    s = summary(after)
+    assert record.plan is Plan.REWRITE
+    assert len(after.metadata.snapshots) == count_before + 1
+    assert "added-delete-files" not in s
+    assert s["total-delete-files"] == "0"
+    assert RUN_KEY.matches(s)
+    rows = pyiceberg_rows(after)
+    assert len(rows) == 297
+    assert {r[2] for r in rows} == {"o", "f", "p"}
+    assert all(r[3] == r[0] * 3.0 for r in rows)
+    partitions = {p["partition"]["status"] for p in after.inspect.partitions().to_pylist()}
+    assert partitions == {"o", "f", "p"}
+
+
+def test_constant_false_predicate_is_a_noop(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("false"), rows=50)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    record = run(spark, name, where="1 = 0")
+    assert record.outcome is Outcome.NOOP
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def test_copy_on_write_table_is_refused_unless_asked(spark, catalog_hook) -> None:
+    name = create_orders_table(
+        spark, new_table_name("cow"), rows=300, properties={"write.delete.mode": "copy-on-write"}
+    )
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    with pytest.raises(WriteModeConflictError, match=r"write\.delete\.mode=copy-on-write"):
+        run(spark, name, where="order_id = 1")
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+    record = run(spark, name, where="order_id = 1", write_mode=WriteMode.TABLE)
+    s = summary(load(catalog_hook, name))
+    assert record.write_mode == "copy-on-write"
+    assert "added-delete-files" not in s
+    assert int(s["deleted-data-files"]) >= 1
+
+
+def test_unset_write_mode_is_set_to_merge_on_read(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("unset"), rows=100)
+    run(spark, name, where="order_id = 1")
+    assert load(catalog_hook, name).properties["write.delete.mode"] == "merge-on-read"
+
+
+def test_parameters_are_bound_by_spark(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("params"), rows=100)
+    run(
+        spark,
+        name,
+        JobKind.UPDATE,
+        where="customer_id = :customer",
+        assignments={"comment": ":note"},
+        parameters={"customer": 5, "note": "it's fixed"},
+    )
+    arrow = load(catalog_hook, name).scan().to_arrow()
+    fixed = arrow.filter(pc.equal(arrow["comment"], "it's fixed"))
+    assert sorted(fixed["order_id"].to_pylist()) == [5]
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"where": "no_such_column = 1"}, UnknownColumnError, "no_such_column"),
+        ({"where": "order_id = = 1"}, InvalidPredicateError, "order_id = = 1"),
+        ({"where": "order_id + 1"}, InvalidPredicateError, "order_id \\+ 1"),
+        ({"where": "TRUE; DROP TABLE x"}, InvalidPredicateError, "DROP TABLE"),
+        ({"where": "TRUE", "branch": "nope"}, BranchNotFoundError, "nope"),
+        (
+            {"where": "TRUE", "kind": JobKind.UPDATE, "assignments": {"no_such": "1"}},
+            UnknownColumnError,
+            "no_such",
+        ),
+        (
+            {"where": "TRUE", "kind": JobKind.UPDATE, "assignments": {"amount": "missing_col * 2"}},
+            UnknownColumnError,
+            "missing_col",
+        ),
+        (
+            {"where": "TRUE", "kind": JobKind.UPDATE, "assignments": {"amount": "amount *"}},
+            InvalidExpressionError,
+            "amount",
+        ),
+    ],
+)
+def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, fields, error, message) -> None:
+    name = create_orders_table(spark, new_table_name("bad"), rows=30)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    kind = fields.pop("kind", JobKind.DELETE)
+    with pytest.raises(error, match=message):
+        run(spark, name, kind, **fields)
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def test_unknown_table(spark) -> None:
+    with pytest.raises(TableNotFoundError, match=r"tests\.no_such_table"):
+        run(spark, "tests.no_such_table", where="TRUE")
+
+
+def test_branch_delete_leaves_main_alone(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("branch"), rows=90)
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} CREATE BRANCH audit")
+    main_head = load(catalog_hook, name).current_snapshot().snapshot_id
+    record = run(spark, name, where="order_id <= 9", branch="audit")
+    table = load(catalog_hook, name)
+    assert table.current_snapshot().snapshot_id == main_head
+    branch_head = table.snapshot_by_name("audit")
+    assert branch_head.snapshot_id == record.snapshot_id
+    assert table.scan(snapshot_id=branch_head.snapshot_id).to_arrow().num_rows == 81
+    truncate = run(spark, name, where="TRUE", branch="audit")
+    table = load(catalog_hook, name)
+    assert table.snapshot_by_name("audit").snapshot_id == truncate.snapshot_id
+    assert table.current_snapshot().snapshot_id == main_head
