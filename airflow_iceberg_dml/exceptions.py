@@ -38,6 +38,10 @@ class WriteModeConflictError(IcebergDmlError):
     """The table is configured for a different row-level write mode than the one requested."""
 
 
+class SnapshotMismatchError(IcebergDmlError):
+    """The table moved on from the snapshot the change was planned against (``expected_snapshot_id``)."""
+
+
 class CatalogConfigError(IcebergDmlError):
     """The catalog connection cannot be turned into a catalog configuration."""
 
@@ -67,6 +71,7 @@ _BY_NAME: dict[str, type[IcebergDmlError]] = {
         UnknownColumnError,
         InvalidExpressionError,
         WriteModeConflictError,
+        SnapshotMismatchError,
         CatalogConfigError,
         JarResolutionError,
         SparkJobError,

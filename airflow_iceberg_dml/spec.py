@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from airflow_iceberg_dml import __version__
 
@@ -117,6 +117,22 @@ class RunKey:
 ScalarParameter = str | int | float | bool | None
 
 
+class JobSpec(Protocol):
+    """What the spark-submit hook needs from any job spec (a frozen dataclass)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    #: File name of the PySpark entrypoint in ``airflow_iceberg_dml/jobs`` that runs this spec.
+    application: ClassVar[str]
+
+    @property
+    def table(self) -> str: ...
+
+    @property
+    def result_path(self) -> str | None: ...
+
+    def to_json(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class DmlSpec:
     """One DELETE or UPDATE, as the Spark job receives it.
@@ -131,7 +147,12 @@ class DmlSpec:
     :param branch: Branch to change instead of ``main``.
     :param snapshot_properties: Entries added to the summary of the commit (run key included).
     :param result_path: Where the job writes its :class:`JobRecord`; None when the driver is remote.
+    :param expected_snapshot_id: The head snapshot the change was planned against (for example
+        the one a check looked at). When the branch head is another snapshot, the job fails
+        before writing (:class:`~airflow_iceberg_dml.exceptions.SnapshotMismatchError`).
     """
+
+    application: ClassVar[str] = "dml.py"
 
     kind: JobKind
     catalog: str
@@ -143,6 +164,7 @@ class DmlSpec:
     branch: str | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
     result_path: str | None = None
+    expected_snapshot_id: int | None = None
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:
@@ -188,6 +210,8 @@ class JobRecord:
     statement: str | None = None
     error_type: str | None = None
     error_message: str | None = None
+    #: Job-specific output, e.g. a procedure's result columns under their own names.
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         payload = asdict(self)

@@ -11,6 +11,7 @@ from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     InvalidExpressionError,
     InvalidPredicateError,
+    SnapshotMismatchError,
     TableNotFoundError,
     UnknownColumnError,
     WriteModeConflictError,
@@ -298,3 +299,14 @@ def test_branch_delete_leaves_main_alone(spark, catalog_hook) -> None:
     table = load(catalog_hook, name)
     assert table.snapshot_by_name("audit").snapshot_id == truncate.snapshot_id
     assert table.current_snapshot().snapshot_id == main_head
+
+
+def test_expected_snapshot_id_is_a_precondition(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("expected"), rows=30)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    with pytest.raises(SnapshotMismatchError, match=f"not at the expected snapshot {head + 1}"):
+        run(spark, name, where="TRUE", expected_snapshot_id=head + 1)
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+    record = run(spark, name, where="order_id = 1", expected_snapshot_id=head)
+    assert record.outcome is Outcome.COMMITTED
+    assert load(catalog_hook, name).current_snapshot().parent_snapshot_id == head

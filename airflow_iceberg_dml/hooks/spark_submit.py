@@ -28,7 +28,7 @@ from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS, CatalogConfig
 from airflow_iceberg_dml.exceptions import SparkJobError, error_from_record
 from airflow_iceberg_dml.jobs.dml import LOG_PREFIX
-from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome
+from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -142,7 +142,7 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
 
 
 class IcebergSparkSubmitHook(BaseHook):
-    """Submits the packaged PySpark job for a :class:`DmlSpec` and returns its :class:`JobRecord`.
+    """Submits the packaged PySpark job for a job spec and returns its :class:`JobRecord`.
 
     :param spark_conn_id: A ``spark`` connection (master, deploy mode, binary, queue ...). When it
         does not exist, the job runs on ``local[*]``.
@@ -169,7 +169,7 @@ class IcebergSparkSubmitHook(BaseHook):
             master = f"{master}:{conn.port}"
         return master, conn.extra_dejson.get("deploy-mode")
 
-    def submit(self, spec: DmlSpec, catalog: CatalogConfig, name: str) -> JobRecord | None:
+    def submit(self, spec: JobSpec, catalog: CatalogConfig, name: str) -> JobRecord | None:
         """Run the job. Returns its record, or None when the driver ran remotely (cluster mode).
 
         Raises the job's own error class when it reported one (see :mod:`~airflow_iceberg_dml.exceptions`).
@@ -206,7 +206,8 @@ class IcebergSparkSubmitHook(BaseHook):
             )
             submit_error: AirflowException | None = None
             try:
-                self._submit_hook.submit(str(resources.files("airflow_iceberg_dml.jobs") / "dml.py"))
+                application = resources.files("airflow_iceberg_dml.jobs") / spec.application
+                self._submit_hook.submit(str(application))
             except AirflowException as error:
                 submit_error = error
             record = self._read_record(result_path)

@@ -21,6 +21,7 @@ from airflow_iceberg_dml.exceptions import (
     IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
+    SnapshotMismatchError,
     SparkJobError,
     TableNotFoundError,
     UnknownColumnError,
@@ -120,6 +121,11 @@ class DmlJob:
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
         iceberg_table = self._load_table()
         head_before = self._head_snapshot_id(iceberg_table)
+        if spec.expected_snapshot_id is not None and head_before != spec.expected_snapshot_id:
+            raise SnapshotMismatchError(
+                f"{self.table_name} (ref {self.ref}) is at snapshot {head_before}, not at the expected "
+                f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned."
+            )
         self._validate()
         if head_before is None:
             log("The table has no snapshot on this ref: nothing to change.")

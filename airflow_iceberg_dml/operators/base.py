@@ -12,6 +12,7 @@ from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
     IcebergDmlError,
     InvalidPredicateError,
+    SnapshotMismatchError,
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -64,10 +65,20 @@ class BaseIcebergDmlOperator(BaseOperator):
     :param write_mode: ``merge-on-read`` (default), ``copy-on-write``, or ``table`` to follow the
         table's property. When the table's property is unset it is set to the requested mode; when
         it is set to the other mode the task fails, committing nothing.
+    :param expected_snapshot_id: The snapshot the change must start from, e.g. the one a sensor or
+        a data-quality check saw (``"{{ ti.xcom_pull('check')['snapshot_id'] }}"``). When the
+        branch head is another snapshot the task fails before writing. (templated)
     """
 
     job_kind: ClassVar[JobKind]
-    template_fields: Sequence[str] = ("table", "where", "parameters", "snapshot_properties", "branch")
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "parameters",
+        "snapshot_properties",
+        "branch",
+        "expected_snapshot_id",
+    )
     template_fields_renderers: ClassVar[dict[str, str]] = {"where": "sql", "parameters": "json"}
     ui_color = "#c9e8f5"
 
@@ -83,6 +94,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         snapshot_properties: Mapping[str, str] | None = None,
         branch: str | None = None,
         write_mode: WriteMode | str = WriteMode.MERGE_ON_READ,
+        expected_snapshot_id: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         outlets = list(kwargs.pop("outlets", None) or [])
@@ -101,11 +113,21 @@ class BaseIcebergDmlOperator(BaseOperator):
         self.snapshot_properties = snapshot_properties
         self.branch = branch
         self.write_mode = write_mode
+        self.expected_snapshot_id = expected_snapshot_id
         self._spark_hook: IcebergSparkSubmitHook | None = None
 
     def assignments(self) -> dict[str, str]:
         """UPDATE's ``set``; empty for DELETE."""
         return {}
+
+    def _expected_snapshot_id(self) -> int | None:
+        value = self.expected_snapshot_id
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected_snapshot_id={value!r} is not a snapshot id (an integer).") from None
 
     def _check_inputs(self, table: Table) -> None:
         """Cheap checks from table metadata, before any Spark application starts."""
@@ -137,6 +159,13 @@ class BaseIcebergDmlOperator(BaseOperator):
         table = catalog_hook.load_table(self.table)
         self._check_inputs(table)
         head_before = catalog_hook.head_snapshot(table, self.branch)
+        expected = self._expected_snapshot_id()
+        head_id = head_before.snapshot_id if head_before else None
+        if expected is not None and head_id != expected:
+            raise SnapshotMismatchError(
+                f"{self.table} (ref {self.branch or 'main'}) is at snapshot {head_id}, not at the expected "
+                f"snapshot {expected}: the table changed since the change was planned. Nothing was written."
+            )
         ti = context["ti"]
         run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
         spec = DmlSpec(
@@ -148,6 +177,7 @@ class BaseIcebergDmlOperator(BaseOperator):
             parameters=dict(self.parameters or {}),
             write_mode=write_mode,
             branch=self.branch,
+            expected_snapshot_id=expected,
             snapshot_properties={
                 **(self.snapshot_properties or {}),
                 **run_key.summary_properties(ti.try_number),
