@@ -6,12 +6,13 @@ The environment is set before anything imports Airflow, so tests never touch a u
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,12 +20,26 @@ _STATE = Path(tempfile.mkdtemp(prefix="iceberg-dml-tests-"))
 os.environ["AIRFLOW_HOME"] = str(_STATE / "airflow")
 os.environ["AIRFLOW_ICEBERG_DML_HOME"] = str(_STATE / "iceberg")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
-os.environ.setdefault("AIRFLOW_ICEBERG_DML_JAR_CACHE", str(Path(__file__).resolve().parents[1] / ".jars"))
+_REPO = Path(__file__).resolve().parents[1]
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_REPO / "dags")
+# dag.test() runs only DAGs that a bundle holds: the example DAGs, and the tests' own DAGs.
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+    [
+        {
+            "name": name,
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {"path": str(path), "refresh_interval": 0},
+        }
+        for name, path in (("dags-folder", _REPO / "dags"), ("test-dags", _REPO / "tests" / "dags"))
+    ]
+)
+os.environ.setdefault("AIRFLOW_ICEBERG_DML_JAR_CACHE", str(_REPO / ".jars"))
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk import DAG
     from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
@@ -113,3 +128,27 @@ def create_orders_table(
 
 def load(catalog_hook: IcebergCatalogHook, name: str) -> Table:
     return catalog_hook.catalog.load_table(name)
+
+
+def run_dag(dag: DAG, **conf: Any) -> DagRun:
+    """Run a DAG for real through ``dag.test()`` (the DAG must live in dags/ or tests/dags/)."""
+    return dag.test(run_conf=conf or None)
+
+
+def task_states(dag_run: DagRun) -> dict[str, str | None]:
+    return {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+
+
+def xcom_result(dag_run: DagRun, task_id: str, map_index: int = -1) -> Any:
+    """The return value a task of ``dag_run`` pushed, read back from the metadata database."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id, map_index=map_index)
+            .filter_by(key="return_value")
+            .one()
+        )
+        return row.value

@@ -1,0 +1,162 @@
+"""The operators as real Airflow tasks (dag.test()) running real spark-submit applications."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_dml.exceptions import (
+    InvalidPredicateError,
+    SnapshotMismatchError,
+    TableNotFoundError,
+    UnknownColumnError,
+)
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+from airflow_iceberg_dml.result import rows_deleted
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, SummaryKey
+from tests.conftest import (
+    CATALOG,
+    create_orders_table,
+    load,
+    new_table_name,
+    run_dag,
+    task_states,
+    xcom_result,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+
+def _snapshot_fields(table: Table, snapshot_id: int) -> dict[str, Any]:
+    snapshot = table.snapshot_by_id(snapshot_id)
+    parent = table.snapshot_by_id(snapshot.parent_snapshot_id)
+    summary = snapshot.summary.additional_properties
+    return {
+        "operation": snapshot.summary.operation.value,
+        "parent_snapshot_id": snapshot.parent_snapshot_id,
+        "sequence_number": snapshot.sequence_number,
+        "rows_deleted": rows_deleted(summary, parent.summary.additional_properties),
+        "rows_inserted": int(summary.get("added-records", 0)),
+        "added_delete_files": int(summary.get("added-delete-files", 0)),
+        "added_data_files": int(summary.get("added-data-files", 0)),
+        "removed_data_files": int(summary.get("deleted-data-files", 0)),
+        "spark_app_id": summary["spark.app.id"],
+        "summary": summary,
+    }
+
+
+@pytest.mark.spark_submit
+def test_delete_then_update_run_as_airflow_tasks_through_spark_submit(spark, catalog_hook, airflow_db):
+    from tests.dags.dml_operators_test_dag import dag
+
+    name = create_orders_table(spark, new_table_name("operators"))
+    dag_run = run_dag(dag, table=name)
+
+    assert task_states(dag_run) == {"delete": "success", "update": "success"}
+    table = load(catalog_hook, name)
+    deleted = xcom_result(dag_run, "delete")
+    updated = xcom_result(dag_run, "update")
+
+    # DELETE: merge-on-read, numbers from the snapshot summary, tied to the run key.
+    facts = _snapshot_fields(table, deleted["snapshot_id"])
+    summary = facts.pop("summary")
+    assert {key: deleted[key] for key in facts} == facts
+    assert deleted["table"] == name
+    assert deleted["write_mode"] == "merge-on-read"
+    assert deleted["plan"] == "row-level"
+    assert deleted["noop"] is False
+    assert deleted["rows_deleted"] == 30
+    assert deleted["added_delete_files"] > 0
+    assert deleted["removed_data_files"] == 0
+    assert deleted["duration_s"] > 0
+    assert summary[SummaryKey.DAG_ID] == "dml_operators_test"
+    assert summary[SummaryKey.TASK_ID] == "delete"
+    assert summary[SummaryKey.RUN_ID] == dag_run.run_id
+    assert summary[SummaryKey.MAP_INDEX] == "-1"
+    assert summary[SummaryKey.TRY_NUMBER] == "1"
+    assert summary["batch"] == dag_run.run_id
+
+    # UPDATE, pinned to the DELETE's snapshot: one commit, rows moved to partition 'X'.
+    facts = _snapshot_fields(table, updated["snapshot_id"])
+    facts.pop("summary")
+    assert {key: updated[key] for key in facts} == facts
+    assert updated["parent_snapshot_id"] == deleted["snapshot_id"]
+    assert updated["rows_deleted"] == updated["rows_inserted"] == 10
+    assert table.current_snapshot().snapshot_id == updated["snapshot_id"]
+    arrow = table.scan(row_filter="status == 'X'").to_arrow().sort_by("order_id")
+    assert sorted(arrow["order_id"].to_pylist()) == list(range(3, 31, 3))
+    assert arrow["amount"].to_pylist() == [i * 1.5 + 1 for i in range(3, 31, 3)]
+
+    # Each task emitted an asset event for the table with the snapshot id.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == f"iceberg://{CATALOG}/{name.replace('.', '/')}")
+            .all()
+        )
+        assert sorted(event.extra["snapshot_id"] for event in events) == sorted(
+            [deleted["snapshot_id"], updated["snapshot_id"]]
+        )
+
+
+@pytest.mark.spark_submit
+def test_job_errors_come_back_as_their_own_class(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("hook_error"), rows=30)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    spec = DmlSpec(kind=JobKind.DELETE, catalog=CATALOG, table=name, where="order_id = = 1")
+    with pytest.raises(InvalidPredicateError, match=r"order_id = = 1"):
+        IcebergSparkSubmitHook().submit(spec, catalog_hook.catalog_config, name="test-hook-error")
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def _bad(**fields: Any) -> IcebergDeleteOperator | IcebergUpdateOperator:
+    fields.setdefault("task_id", "bad")
+    if "set" in fields:
+        return IcebergUpdateOperator(**fields)
+    return IcebergDeleteOperator(**fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"where": ""}, InvalidPredicateError, 'where="TRUE"'),
+        ({"where": "   "}, InvalidPredicateError, "non-empty"),
+        ({"where": "TRUE", "set": {"nope": "1"}}, UnknownColumnError, "nope"),
+        ({"where": "TRUE", "expected_snapshot_id": "1"}, SnapshotMismatchError, "expected snapshot 1"),
+        ({"where": "TRUE", "expected_snapshot_id": "abc"}, ValueError, "abc"),
+        ({"where": "TRUE", "table": "tests.no_such_table"}, TableNotFoundError, "no_such_table"),
+    ],
+)
+def test_bad_input_fails_before_spark_without_retries(spark, catalog_hook, fields, error, message):
+    name = create_orders_table(spark, new_table_name("early"), rows=30)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    operator = _bad(**{"table": name, **fields})
+    with pytest.raises(AirflowFailException, match=message) as raised:
+        operator.execute({})  # the checks run before the task context is read
+    assert isinstance(raised.value.__cause__, error)
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def test_templated_fields_and_declared_asset():
+    literal = IcebergDeleteOperator(task_id="d", table="db.orders", where="TRUE")
+    assert [outlet.uri for outlet in literal.outlets] == ["iceberg://iceberg_default/db/orders"]
+    templated = IcebergUpdateOperator(task_id="u", table="{{ params.t }}", where="TRUE", set={"a": "1"})
+    assert type(templated.outlets[0]).__name__ == "AssetAlias"
+    assert {"table", "where", "parameters", "snapshot_properties", "branch", "expected_snapshot_id"} <= set(
+        IcebergDeleteOperator.template_fields
+    )
+    assert "set" in IcebergUpdateOperator.template_fields
+
+
+def test_malformed_table_name_is_rejected_when_the_dag_is_parsed():
+    with pytest.raises(ValueError, match=r"'no_namespace' must be 'namespace\.table'"):
+        IcebergDeleteOperator(task_id="d", table="no_namespace", where="TRUE")
