@@ -1,0 +1,308 @@
+"""Unit tests of the pure builders: SQL text, parameter binding, catalog mapping, spec, result."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties, spark_catalog_name
+from airflow_iceberg_dml.exceptions import CatalogConfigError, InvalidPredicateError, error_from_record
+from airflow_iceberg_dml.hooks.spark_submit import (
+    _RoutedSparkSubmitHook,
+    escape_property,
+    properties_file_text,
+    spark_properties,
+)
+from airflow_iceberg_dml.jobs import sql
+from airflow_iceberg_dml.result import committed_result, rows_deleted
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, JobRecord, Outcome, Plan, RunKey, WriteMode
+
+# -- SQL text ------------------------------------------------------------------------------------
+
+
+def test_identifiers_are_quoted_part_by_part():
+    assert sql.table_identifier("cat", "db.orders") == "`cat`.`db`.`orders`"
+    assert sql.table_identifier("cat", "a.b.t", branch="audit") == "`cat`.`a`.`b`.`t`.`branch_audit`"
+    assert sql.quote_identifier("we`ird") == "`we``ird`"
+
+
+@pytest.mark.parametrize("name", ["orders", "db.", ".orders", "db..orders", ""])
+def test_table_names_need_a_namespace(name):
+    with pytest.raises(ValueError, match="namespace.table"):
+        sql.split_table_name(name)
+
+
+def test_statements_keep_the_predicate_last_and_unwrapped():
+    assert sql.delete_statement("`t`", "a = 1 -- note") == "DELETE FROM `t`\nWHERE\na = 1 -- note"
+    update = sql.update_statement("`t`", {"a": "a + 1 -- note", "b": "'x'"}, "TRUE")
+    assert update == "UPDATE `t`\nSET `a` = (\na + 1 -- note\n),\n    `b` = (\n'x'\n)\nWHERE\nTRUE"
+
+
+def test_rewrite_query_keeps_column_order_and_matches_case_insensitively():
+    query = sql.rewrite_query("`t`", 42, ["id", "Status", "amount"], {"status": "lower(Status)"})
+    assert query == "SELECT `id`,\n  (\nlower(Status)\n) AS `Status`,\n  `amount`\nFROM `t` VERSION AS OF 42"
+
+
+@pytest.mark.parametrize(
+    ("text", "parameters", "expected"),
+    [
+        ("id = :id", {"id": 7}, "id = 7"),
+        ("id = :id", {"id": 2**40}, f"id = {2**40}L"),
+        ("x = :v", {"v": 1.5}, "x = 1.5D"),
+        ("ok = :flag AND c IS :none", {"flag": True, "none": None}, "ok = TRUE AND c IS NULL"),
+        ("name = :n", {"n": "O'Brien \\ co"}, "name = 'O\\'Brien \\\\ co'"),
+        ("c = ':n' AND d = \":n\" AND `:n` = :n", {"n": 1}, "c = ':n' AND d = \":n\" AND `:n` = 1"),
+        ("c = 'it\\'s :n' OR c = :n", {"n": 2}, "c = 'it\\'s :n' OR c = 2"),
+        ("a = :n -- :n\n OR b = /* :n */ :n", {"n": 3}, "a = 3 -- :n\n OR b = /* :n */ 3"),
+        ("CAST(a AS INT)::STRING = :n", {"n": "1"}, "CAST(a AS INT)::STRING = '1'"),
+        ("no markers", {"unused": 1}, "no markers"),
+    ],
+)
+def test_bind_parameters(text, parameters, expected):
+    assert sql.bind_parameters(text, parameters) == expected
+
+
+def test_bind_parameters_names_a_missing_value():
+    with pytest.raises(KeyError, match="customer"):
+        sql.bind_parameters("id = :customer", {})
+
+
+def test_bound_strings_cannot_break_out_of_their_literal():
+    bound = sql.bind_parameters("name = :n", {"n": "x' OR '1'='1"})
+    assert bound == "name = 'x\\' OR \\'1\\'=\\'1'"
+
+
+def test_literal_rejects_unsupported_types():
+    with pytest.raises(TypeError, match="list"):
+        sql.literal([1, 2])
+
+
+# -- catalog mapping -----------------------------------------------------------------------------
+
+
+def test_embedded_catalog_is_shared_by_name_and_file(tmp_path):
+    config = CatalogConfig.from_properties("iceberg_default", embedded_properties(tmp_path))
+    assert config.pyiceberg_properties() == {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": tmp_path.joinpath("warehouse").as_uri(),
+    }
+    spark = config.spark_properties()
+    assert spark["spark.sql.catalog.iceberg_default"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert spark["spark.sql.catalog.iceberg_default.type"] == "jdbc"
+    assert spark["spark.sql.catalog.iceberg_default.uri"] == f"jdbc:sqlite:{tmp_path}/catalog.db"
+    assert spark["spark.sql.catalog.iceberg_default.io.manifest.cache-enabled"] == "true"
+
+
+def test_rest_catalog_with_credential_and_s3_maps_through_the_allow_list():
+    config = CatalogConfig.from_properties(
+        "lake",
+        {
+            "type": "rest",
+            "uri": "http://127.0.0.1:8181",
+            "credential": "client:secret",
+            "warehouse": "s3://warehouse/",
+            "s3.endpoint": "http://127.0.0.1:9000",
+            "s3.access-key-id": "AKIA",
+            "s3.secret-access-key": "s3cret",
+            "s3.region": "us-east-1",
+            "header.X-Iceberg-Access-Delegation": "vended-credentials",
+            "made-up-key": "ignored",
+        },
+    )
+    spark = config.spark_properties()
+    prefix = "spark.sql.catalog.lake."
+    assert spark[prefix + "type"] == "rest"
+    assert spark[prefix + "credential"] == "client:secret"
+    assert spark[prefix + "client.region"] == "us-east-1"
+    assert spark[prefix + "io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert spark[prefix + "header.X-Iceberg-Access-Delegation"] == "vended-credentials"
+    assert not any("made-up-key" in key for key in spark)
+    assert config.ignored_keys == ("made-up-key",)
+    assert config.uses_s3
+
+
+def test_postgres_sql_catalog_becomes_a_jdbc_catalog():
+    config = CatalogConfig.from_properties(
+        "pg", {"type": "sql", "uri": "postgresql+psycopg2://ice:pw@127.0.0.1:5433/iceberg"}
+    )
+    spark = config.spark_properties()
+    assert spark["spark.sql.catalog.pg.uri"] == "jdbc:postgresql://127.0.0.1:5433/iceberg"
+    assert spark["spark.sql.catalog.pg.jdbc.user"] == "ice"
+    assert spark["spark.sql.catalog.pg.jdbc.password"] == "pw"
+
+
+@pytest.mark.parametrize(
+    ("name", "properties", "message"),
+    [
+        ("c", {"type": "hive", "uri": "thrift://x"}, "'hive' is not supported"),
+        ("c", {"type": "rest"}, "has no uri"),
+        ("c", {"type": "sql", "uri": "sqlite:///:memory:"}, "in-memory"),
+        ("c", {"type": "sql", "uri": "mysql://x/y"}, "'mysql' is not supported"),
+        ("my-catalog", {"type": "rest", "uri": "http://x"}, "plain identifier"),
+    ],
+)
+def test_bad_catalog_configuration_is_named(name, properties, message):
+    with pytest.raises(CatalogConfigError, match=message):
+        CatalogConfig.from_properties(name, properties).spark_properties()
+
+
+def test_catalog_name_is_the_connection_id():
+    assert spark_catalog_name("iceberg_default") == "iceberg_default"
+
+
+# -- spark-submit: properties file, command line, log routing -------------------------------------
+
+
+def test_properties_file_escapes_java_specials():
+    assert escape_property("a=b:c#d!e\\f\nx") == "a\\=b\\:c\\#d\\!e\\\\f\\nx"
+    assert escape_property(" lead") == "\\ lead"
+    assert properties_file_text({"b": "2", "a": "x=y"}) == "a=x\\=y\nb=2\n"
+
+
+def test_user_conf_comes_last_and_extensions_merge(tmp_path):
+    config = CatalogConfig.from_properties("c", embedded_properties(tmp_path))
+    properties = spark_properties(
+        config,
+        {"spark.sql.extensions": "com.example.Ext", "spark.executor.memory": "2g"},
+        local_python="/venv/bin/python",
+    )
+    assert properties["spark.sql.extensions"] == (
+        "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,com.example.Ext"
+    )
+    assert properties["spark.executor.memory"] == "2g"
+    assert properties["spark.pyspark.driver.python"] == "/venv/bin/python"
+
+
+def test_spark_submit_command_carries_no_catalog_secret(tmp_path):
+    config = CatalogConfig.from_properties(
+        "lake",
+        {"type": "rest", "uri": "http://x", "credential": "id:top-secret", "s3.secret-access-key": "s3cret"},
+    )
+    properties_path = tmp_path / "spark.properties"
+    properties_path.write_text(properties_file_text(spark_properties(config)))
+    hook = _RoutedSparkSubmitHook(
+        default_master="local[*]",
+        conn_id="no_such_spark_connection",
+        properties_file=str(properties_path),
+        application_args=[str(tmp_path / "spec.json")],
+    )
+    command = " ".join(hook._build_spark_submit_command("job.py"))
+    assert "--properties-file" in command
+    assert "top-secret" not in command
+    assert "s3cret" not in command
+    assert "top-secret" in properties_path.read_text()
+
+
+def test_log_routing_keeps_job_lines_and_problems_at_info():
+    # The provider logs at INFO exactly the lines _route yields; the rest goes to DEBUG.
+    hook = _RoutedSparkSubmitHook(default_master="local[*]", conn_id="no_such_spark_connection")
+    lines = [
+        "26/11/21 10:00:00 INFO SparkContext: Running Spark version 4.1.3",
+        "iceberg-dml | DELETE on cat.db.t",
+        "26/11/21 10:00:01 ERROR Executor: boom",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1',
+    ]
+    assert list(hook._route(iter(lines))) == ["DELETE on cat.db.t", *lines[2:]]
+
+
+# -- spec, record, errors --------------------------------------------------------------------------
+
+
+def test_spec_round_trips_through_json():
+    spec = DmlSpec(
+        kind=JobKind.UPDATE,
+        catalog="c",
+        table="db.t",
+        where="id = :id",
+        assignments={"a": "1"},
+        parameters={"id": 3},
+        write_mode=WriteMode.TABLE,
+        branch="audit",
+        snapshot_properties={"k": "v"},
+        result_path="/tmp/r.json",
+        expected_snapshot_id=12,
+    )
+    assert DmlSpec.from_json(spec.to_json()) == spec
+    assert json.loads(spec.to_json())["write_mode"] == "table"
+
+
+def test_spec_of_another_version_is_refused():
+    payload = json.loads(DmlSpec(kind=JobKind.DELETE, catalog="c", table="d.t", where="TRUE").to_json())
+    payload["version"] = 99
+    with pytest.raises(ValueError, match="version 99"):
+        DmlSpec.from_json(json.dumps(payload))
+
+
+def test_record_round_trips_and_errors_come_back_by_name():
+    record = JobRecord(outcome=Outcome.COMMITTED, snapshot_id=5, plan=Plan.TRUNCATE, details={"x": 1})
+    assert JobRecord.from_json(record.to_json()) == record
+    error = error_from_record("InvalidPredicateError", "bad")
+    assert isinstance(error, InvalidPredicateError)
+    assert str(error) == "bad"
+    assert type(error_from_record("SomethingElse", "x")).__name__ == "SparkJobError"
+
+
+def test_run_key_matches_any_try():
+    key = RunKey("d", "t", "r", 2)
+    summary = key.summary_properties(try_number=3)
+    assert key.matches(summary)
+    assert not RunKey("d", "t", "r", 1).matches(summary)
+    assert summary["airflow.try-number"] == "3"
+
+
+# -- result arithmetic -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("summary", "parent", "expected"),
+    [
+        # merge-on-read delete of 143 rows
+        ({"total-records": "1000", "total-position-deletes": "143", "added-position-deletes": "143"},
+         {"total-records": "1000", "total-position-deletes": "0"}, 143),
+        # merge-on-read update on v2: earlier delete files rewritten (151 = 143 old + 8 new)
+        ({"total-records": "1008", "total-position-deletes": "151", "added-records": "8"},
+         {"total-records": "1000", "total-position-deletes": "143"}, 8),
+        # truncate of a table that already had deletes: only live rows count
+        ({"total-records": "0", "total-position-deletes": "0", "deleted-records": "1008"},
+         {"total-records": "1008", "total-position-deletes": "151"}, 857),
+        # parent expired: fall back to this commit's counters
+        ({"deleted-records": "5", "added-position-deletes": "2"}, None, 7),
+    ],
+)  # fmt: skip
+def test_rows_deleted_is_the_drop_in_live_rows(summary, parent, expected):
+    assert rows_deleted(summary, parent) == expected
+
+
+def test_committed_result_takes_numbers_from_the_summary():
+    result = committed_result(
+        table="db.t",
+        branch="main",
+        operation="delete",
+        snapshot_id=2,
+        parent_snapshot_id=1,
+        sequence_number=2,
+        timestamp_ms=0,
+        summary={"added-delete-files": "3", "spark.app.id": "local-1", "total-records": "10"},
+        parent_summary={"total-records": "10"},
+        write_mode="merge-on-read",
+        plan="row-level",
+        duration_s=1.23456,
+    )
+    assert result["added_delete_files"] == 3
+    assert result["committed_at"] == "1970-01-01T00:00:00+00:00"
+    assert result["spark_app_id"] == "local-1"
+    assert result["duration_s"] == 1.235
+    assert json.loads(json.dumps(result)) == result
+
+
+def test_private_files_are_owner_only(tmp_path):
+    from airflow_iceberg_dml.hooks.spark_submit import _write_private
+
+    path = Path(tmp_path) / "secret.properties"
+    _write_private(path, "x=1\n")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
