@@ -31,7 +31,7 @@ def test_identifiers_are_quoted_part_by_part():
 
 @pytest.mark.parametrize("name", ["orders", "db.", ".orders", "db..orders", ""])
 def test_table_names_need_a_namespace(name):
-    with pytest.raises(ValueError, match="namespace.table"):
+    with pytest.raises(ValueError, match=r"namespace\.table"):
         sql.split_table_name(name)
 
 
