@@ -42,6 +42,20 @@ class SnapshotMismatchError(IcebergDmlError):
     """The table moved on from the snapshot the change was planned against (``expected_snapshot_id``)."""
 
 
+class GuardExceededError(IcebergDmlError):
+    """The change would touch more rows than ``max_rows_affected`` / ``max_fraction_affected`` allow."""
+
+
+class AuditFailedError(IcebergDmlError):
+    """A write-audit-publish audit did not pass; the change was not published."""
+
+
+class ConcurrentCommitError(IcebergDmlError):
+    """Another writer committed in a way this change cannot be reconciled with; retrying re-plans it."""
+
+    retryable = True
+
+
 class CatalogConfigError(IcebergDmlError):
     """The catalog connection cannot be turned into a catalog configuration."""
 
@@ -62,6 +76,20 @@ class CommitNotFoundError(IcebergDmlError):
     retryable = True
 
 
+class InvalidSnapshotFilterError(IcebergDmlError, ValueError):
+    """A snapshot sensor or trigger condition is malformed (wrong type, unknown operation, bad count)."""
+
+
+class SnapshotNotFoundError(IcebergDmlError):
+    """The snapshot named by ``newer_than_snapshot_id`` is not in the table (wrong id, or expired)."""
+
+
+class CatalogUnavailableError(IcebergDmlError):
+    """The catalog could not be reached (connection refused, timeout, server error); polling goes on."""
+
+    retryable = True
+
+
 _BY_NAME: dict[str, type[IcebergDmlError]] = {
     cls.__name__: cls
     for cls in (
@@ -72,10 +100,16 @@ _BY_NAME: dict[str, type[IcebergDmlError]] = {
         InvalidExpressionError,
         WriteModeConflictError,
         SnapshotMismatchError,
+        GuardExceededError,
+        AuditFailedError,
+        ConcurrentCommitError,
         CatalogConfigError,
         JarResolutionError,
         SparkJobError,
         CommitNotFoundError,
+        InvalidSnapshotFilterError,
+        SnapshotNotFoundError,
+        CatalogUnavailableError,
     )
 }
 

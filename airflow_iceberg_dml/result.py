@@ -9,7 +9,7 @@ files, and when a truncate drops files that already carried deletes.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_iceberg_dml.spec import SummaryKey
 
@@ -37,7 +37,14 @@ class DmlResult(TypedDict):
     plan: str
     """``row-level``, ``truncate``, ``rewrite`` or ``noop``."""
     noop: bool
-    """True when nothing matched and nothing was committed."""
+    """True when nothing was committed: nothing matched, or a dry run."""
+    replayed: bool
+    """True when an earlier try of this run key had committed: its commit is returned, nothing new."""
+    dry_run: bool
+    """True for a dry run: ``impact`` says what would change; nothing was committed."""
+    impact: dict[str, Any] | None
+    """What the change touches (rows matched, rows total, fraction, data files, per partition); set
+    for a dry run."""
     rows_deleted: int
     rows_inserted: int
     added_delete_files: int
@@ -82,6 +89,7 @@ def committed_result(
     write_mode: str | None,
     plan: str,
     duration_s: float,
+    replayed: bool = False,
 ) -> DmlResult:
     return DmlResult(
         table=table,
@@ -94,6 +102,9 @@ def committed_result(
         write_mode=write_mode,
         plan=plan,
         noop=False,
+        replayed=replayed,
+        dry_run=False,
+        impact=None,
         rows_deleted=rows_deleted(summary, parent_summary),
         rows_inserted=_count(summary, SummaryKey.ADDED_RECORDS),
         added_delete_files=_count(summary, SummaryKey.ADDED_DELETE_FILES),
@@ -105,8 +116,16 @@ def committed_result(
 
 
 def noop_result(
-    *, table: str, branch: str, head_snapshot_id: int | None, spark_app_id: str | None, duration_s: float
+    *,
+    table: str,
+    branch: str,
+    head_snapshot_id: int | None,
+    spark_app_id: str | None,
+    duration_s: float,
+    plan: str = "noop",
+    impact: dict[str, Any] | None = None,
 ) -> DmlResult:
+    """Nothing committed: nothing matched, or a dry run (``impact`` set)."""
     return DmlResult(
         table=table,
         branch=branch,
@@ -116,8 +135,11 @@ def noop_result(
         sequence_number=None,
         committed_at=None,
         write_mode=None,
-        plan="noop",
+        plan=plan,
         noop=True,
+        replayed=False,
+        dry_run=impact is not None,
+        impact=impact,
         rows_deleted=0,
         rows_inserted=0,
         added_delete_files=0,

@@ -43,6 +43,15 @@ class WriteMode(StrEnum):
     """Use what the table's property says (Iceberg's default, copy-on-write, when it is unset)."""
 
 
+class IsolationLevel(StrEnum):
+    """Iceberg's conflict check at commit (``write.<operation>.isolation-level``)."""
+
+    SERIALIZABLE = "serializable"
+    """Fail when a concurrent commit added or deleted data the change's predicate could match."""
+    SNAPSHOT = "snapshot"
+    """Fail only when a concurrent commit removed or changed files this change rewrites."""
+
+
 class Plan(StrEnum):
     """How the job carried out the change."""
 
@@ -150,6 +159,16 @@ class DmlSpec:
     :param expected_snapshot_id: The head snapshot the change was planned against (for example
         the one a check looked at). When the branch head is another snapshot, the job fails
         before writing (:class:`~airflow_iceberg_dml.exceptions.SnapshotMismatchError`).
+    :param run_key: The Airflow identity of the change; with ``exactly_once``, a commit of the same
+        run key already in the branch history is returned instead of committing again.
+    :param exactly_once: Look for an earlier commit of ``run_key`` before changing anything.
+    :param max_rows_affected: Abort before committing when more rows would change.
+    :param max_fraction_affected: Abort when a larger fraction (0..1) of the live rows would change.
+    :param dry_run: Count what would change (rows and data files per partition); commit nothing.
+    :param audits: Write-audit-publish: name to SQL query (``{table}`` stands for the audit branch)
+        returning one boolean; the change is published to the branch only when all return true.
+    :param keep_failed_branch: Keep the audit branch when an audit fails (dropped by default).
+    :param isolation_level: Iceberg's commit conflict check; None keeps the table's setting.
     """
 
     application: ClassVar[str] = "dml.py"
@@ -165,12 +184,21 @@ class DmlSpec:
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
     result_path: str | None = None
     expected_snapshot_id: int | None = None
+    run_key: RunKey | None = None
+    exactly_once: bool = True
+    max_rows_affected: int | None = None
+    max_fraction_affected: float | None = None
+    dry_run: bool = False
+    audits: Mapping[str, str] = field(default_factory=dict)
+    keep_failed_branch: bool = False
+    isolation_level: IsolationLevel | None = None
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:
         payload = asdict(self)
         payload["kind"] = self.kind.value
         payload["write_mode"] = self.write_mode.value
+        payload["isolation_level"] = self.isolation_level.value if self.isolation_level else None
         return json.dumps(payload, sort_keys=True)
 
     @classmethod
@@ -184,6 +212,10 @@ class DmlSpec:
             )
         payload["kind"] = JobKind(payload["kind"])
         payload["write_mode"] = WriteMode(payload["write_mode"])
+        if payload.get("run_key"):
+            payload["run_key"] = RunKey(**payload["run_key"])
+        if payload.get("isolation_level"):
+            payload["isolation_level"] = IsolationLevel(payload["isolation_level"])
         return cls(**payload)
 
 
@@ -194,6 +226,10 @@ class Outcome(StrEnum):
     """The change was committed as one new snapshot."""
     NOOP = "noop"
     """Nothing matched; nothing was committed."""
+    DRY_RUN = "dry-run"
+    """A dry run: what would change is in ``details``; nothing was committed."""
+    REPLAYED = "replayed"
+    """An earlier try of the same run key had committed: its snapshot is returned, nothing new."""
     FAILED = "failed"
     """The job stopped before committing; ``error_type`` and ``error_message`` say why."""
 

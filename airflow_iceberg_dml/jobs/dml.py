@@ -7,6 +7,7 @@ commits at most once, and writes a :class:`~airflow_iceberg_dml.spec.JobRecord` 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -17,7 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.exceptions import (
+    AuditFailedError,
     BranchNotFoundError,
+    ConcurrentCommitError,
+    GuardExceededError,
     IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
@@ -28,7 +32,16 @@ from airflow_iceberg_dml.exceptions import (
     WriteModeConflictError,
 )
 from airflow_iceberg_dml.jobs import sql
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, JobRecord, Outcome, Plan, SummaryKey, WriteMode
+from airflow_iceberg_dml.spec import (
+    DmlSpec,
+    IsolationLevel,
+    JobKind,
+    JobRecord,
+    Outcome,
+    Plan,
+    SummaryKey,
+    WriteMode,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,6 +97,11 @@ def _message(error: BaseException) -> str:
     return str(error).strip()
 
 
+def _json_value(value: Any) -> Any:
+    """A partition value as JSON: dates and decimals as text, the rest as is."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
 def _condition(error: BaseException) -> str:
     get_condition = getattr(error, "getCondition", None)
     return str(get_condition() or "") if callable(get_condition) else ""
@@ -97,8 +115,8 @@ class DmlJob:
         self.spec = spec
         self.app_id: str = spark.sparkContext.applicationId
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
-        self.target = sql.table_identifier(spec.catalog, spec.table, spec.branch)
         self.ref = spec.branch or "main"
+        self.target = self._target(self.ref)
         self.where = self._bind(spec.where, InvalidPredicateError, "where")
         self.assignments = {
             column: self._bind(expression, InvalidExpressionError, f"set[{column!r}]")
@@ -127,6 +145,10 @@ class DmlJob:
                 f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned."
             )
         self._validate()
+        earlier = self._earlier_commit(iceberg_table, head_before)
+        if earlier is not None:
+            log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")
+            return self._record(Outcome.REPLAYED, Plan.NOOP, None, None, earlier)
         if head_before is None:
             log("The table has no snapshot on this ref: nothing to change.")
             return self._record(Outcome.NOOP, Plan.NOOP, None, None)
@@ -135,31 +157,49 @@ class DmlJob:
         if plan is Plan.NOOP:
             log("The predicate is constant false: nothing to change.")
             return self._record(Outcome.NOOP, plan, None, None)
+        if spec.dry_run or spec.max_rows_affected is not None or spec.max_fraction_affected is not None:
+            impact = self._impact(iceberg_table, head_before)
+            self._check_guards(impact)
+            if spec.dry_run:
+                matched, files = impact["rows_matched"], impact["data_files_touched"]
+                log(f"Dry run: {matched} row(s) in {files} data file(s) would change.")
+                return self._record(Outcome.DRY_RUN, plan, None, None, details=impact)
+
+        write_ref = self._create_audit_branch(head_before) if spec.audits else self.ref
+        write_mode, statement = self._write(iceberg_table, plan, head_before, write_ref)
+        snapshot_id = self._find_commit(iceberg_table, head_before, write_ref)
+        if snapshot_id is None:
+            log("No rows matched: Iceberg committed nothing.")
+            if spec.audits:
+                self._drop_branch(write_ref)
+            return self._record(Outcome.NOOP, Plan.NOOP, write_mode, statement)
+        if spec.audits:
+            self._audit_and_publish(write_ref, head_before)
+        log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
+        return self._record(Outcome.COMMITTED, plan, write_mode, statement, snapshot_id)
+
+    def _write(
+        self, iceberg_table: Any, plan: Plan, head_before: int, ref: str
+    ) -> tuple[WriteMode | None, str]:
+        """Carry out the plan on ``ref``; returns the write mode used and the statement shown."""
+        spec = self.spec
         if plan is Plan.TRUNCATE:
             statement = "truncate: drop every data and delete file (metadata-only)"
             log(f"Plan: {statement}")
-            self._truncate(iceberg_table)
-            write_mode = None
-        elif plan is Plan.REWRITE:
+            self._truncate(iceberg_table, ref)
+            return None, statement
+        if plan is Plan.REWRITE:
             statement = sql.rewrite_query(self.table_name, head_before, self._columns(), spec.assignments)
             log(f"Plan: rewrite every row in one overwrite commit, no delete files\n{statement}")
-            self._rewrite(
-                sql.rewrite_query(self.table_name, head_before, self._columns(), self.assignments),
-                head_before,
-            )
-            write_mode = None
-        else:
-            write_mode = self._resolve_write_mode(iceberg_table)
-            statement = self._statement(spec.where, spec.assignments)
-            log(f"Plan: row-level {write_mode.value}\n{statement}")
-            self._execute(self._statement(self.where, self.assignments), plan)
-
-        snapshot_id = self._find_commit(iceberg_table, head_before)
-        if snapshot_id is None:
-            log("No rows matched: Iceberg committed nothing.")
-            return self._record(Outcome.NOOP, Plan.NOOP, write_mode, statement)
-        log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
-        return self._record(Outcome.COMMITTED, plan, write_mode, statement, snapshot_id)
+            query = sql.rewrite_query(self.table_name, head_before, self._columns(), self.assignments)
+            self._rewrite(query, head_before, ref)
+            return None, statement
+        write_mode = self._resolve_write_mode(iceberg_table)
+        self._apply_isolation_level(iceberg_table)
+        statement = self._statement(self._target(ref), spec.where, spec.assignments)
+        log(f"Plan: row-level {write_mode.value}\n{statement}")
+        self._execute(self._statement(self._target(ref), self.where, self.assignments), plan)
+        return write_mode, statement
 
     def _record(
         self,
@@ -168,6 +208,8 @@ class DmlJob:
         write_mode: WriteMode | None,
         statement: str | None,
         snapshot_id: int | None = None,
+        *,
+        details: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         return JobRecord(
             outcome=outcome,
@@ -176,7 +218,136 @@ class DmlJob:
             write_mode=write_mode.value if write_mode else None,
             plan=plan,
             statement=statement,
+            details=dict(details or {}),
         )
+
+    def _target(self, ref: str) -> str:
+        return sql.table_identifier(self.spec.catalog, self.spec.table, None if ref == "main" else ref)
+
+    # -- exactly once, guards, write-audit-publish --------------------------------------------------
+
+    def _earlier_commit(self, iceberg_table: Any, head: int | None) -> int | None:
+        """A commit of this run key (any try) in the history of the ref, newest first."""
+        run_key = self.spec.run_key
+        if not self.spec.exactly_once or run_key is None or head is None:
+            return None
+        conditions = " AND ".join(
+            f"summary[{sql.literal(key)}] = {sql.literal(value)}"
+            for key, value in run_key.summary_properties(try_number=0).items()
+            if key in (SummaryKey.DAG_ID, SummaryKey.TASK_ID, SummaryKey.RUN_ID, SummaryKey.MAP_INDEX)
+        )
+        snapshots = self.spark.sql(
+            f"SELECT snapshot_id FROM {sql.table_identifier(self.spec.catalog, self.spec.table)}.snapshots "
+            f"WHERE {conditions} ORDER BY committed_at DESC"
+        ).collect()
+        jvm = self.spark._jvm
+        assert jvm is not None
+        is_ancestor = jvm.org.apache.iceberg.util.SnapshotUtil.isAncestorOf
+        for row in snapshots:
+            if is_ancestor(iceberg_table, head, int(row.snapshot_id)):
+                return int(row.snapshot_id)
+        return None
+
+    def _impact(self, iceberg_table: Any, head: int) -> dict[str, Any]:
+        """Rows and data files the change would touch, per partition, at the head snapshot."""
+        source = f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
+        rows = self.spark.sql(
+            f"SELECT _partition AS partition, count(*) AS rows, count(DISTINCT _file) AS files\n"
+            f"FROM {source}\nWHERE\n{self.where}\nGROUP BY _partition"
+        ).collect()
+        partitions = [
+            {
+                "partition": {
+                    k: _json_value(v) for k, v in (row.partition.asDict() if row.partition else {}).items()
+                },
+                "rows": int(row.rows),
+                "data_files": int(row.files),
+            }
+            for row in rows
+        ]
+        summary = iceberg_table.snapshot(head).summary()
+        total = int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
+            summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
+        )
+        matched = sum(int(row.rows) for row in rows)
+        return {
+            "rows_matched": matched,
+            "rows_total": total,
+            "fraction": round(matched / total, 6) if total else 0.0,
+            "data_files_touched": sum(int(row.files) for row in rows),
+            "partitions": sorted(partitions, key=lambda p: str(p["partition"])),
+        }
+
+    def _check_guards(self, impact: Mapping[str, Any]) -> None:
+        spec = self.spec
+        matched, total = impact["rows_matched"], impact["rows_total"]
+        if spec.max_rows_affected is not None and matched > spec.max_rows_affected:
+            raise GuardExceededError(
+                f"The change would touch {matched} of {total} rows, more than "
+                f"max_rows_affected={spec.max_rows_affected}. Nothing was committed."
+            )
+        if spec.max_fraction_affected is not None and impact["fraction"] > spec.max_fraction_affected:
+            raise GuardExceededError(
+                f"The change would touch {matched} of {total} rows ({impact['fraction']:.2%}), more than "
+                f"max_fraction_affected={spec.max_fraction_affected:.2%}. Nothing was committed."
+            )
+
+    def _audit_branch_name(self) -> str:
+        identity = repr(self.spec.run_key) if self.spec.run_key else self.app_id
+        return "audit_" + hashlib.sha1(identity.encode()).hexdigest()[:16]
+
+    def _create_audit_branch(self, head: int) -> str:
+        """A fresh branch at the head snapshot, named after the run key (a retry reuses the name)."""
+        branch = self._audit_branch_name()
+        base = sql.table_identifier(self.spec.catalog, self.spec.table)
+        self.spark.sql(f"ALTER TABLE {base} DROP BRANCH IF EXISTS {sql.quote_identifier(branch)}")
+        self.spark.sql(
+            f"ALTER TABLE {base} CREATE BRANCH {sql.quote_identifier(branch)} AS OF VERSION {head}"
+        )
+        log(f"Write-audit-publish: writing to branch {branch} made from snapshot {head}")
+        return branch
+
+    def _drop_branch(self, branch: str) -> None:
+        base = sql.table_identifier(self.spec.catalog, self.spec.table)
+        self.spark.sql(f"ALTER TABLE {base} DROP BRANCH IF EXISTS {sql.quote_identifier(branch)}")
+
+    def _audit_and_publish(self, branch: str, head: int) -> None:
+        """Run every audit on ``branch``; fast-forward the ref to it only when all pass."""
+        failures = []
+        for name, query in self.spec.audits.items():
+            try:
+                rows = self.spark.sql(query.replace("{table}", self._target(branch))).collect()
+            except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
+                failures.append(f"{name!r} could not run: {_message(error).splitlines()[0]}")
+                continue
+            values = [list(row) for row in rows]
+            if values != [[True]]:
+                failures.append(f"{name!r} returned {values[:3]} (one row with true expected): {query}")
+            else:
+                log(f"Audit {name!r} passed")
+        if failures:
+            if not self.spec.keep_failed_branch:
+                self._drop_branch(branch)
+            where_now = "kept for inspection" if self.spec.keep_failed_branch else "dropped"
+            raise AuditFailedError(
+                f"Audit failed: {'; '.join(failures)}. {self.ref} is unchanged at snapshot {head}; "
+                f"branch {branch} {where_now}."
+            )
+        table = sql.literal(".".join(sql.split_table_name(self.spec.table)))
+        procedure = f"{sql.quote_identifier(self.spec.catalog)}.system.fast_forward"
+        try:
+            self.spark.sql(
+                f"CALL {procedure}(table => {table}, branch => {sql.literal(self.ref)}, "
+                f"to => {sql.literal(branch)})"
+            )
+        except Exception as error:  # noqa: BLE001 - reported with the reason, the branch left to inspect
+            raise ConcurrentCommitError(
+                f"All audits passed but {self.ref} could not be fast-forwarded to {branch}: "
+                f"{_message(error).splitlines()[0]}. Another commit landed on {self.ref}; the task "
+                "can be retried."
+            ) from None
+        self._drop_branch(branch)
+        log(f"All audits passed: {self.ref} fast-forwarded to branch {branch}")
 
     # -- table and validation ----------------------------------------------------------------
 
@@ -215,6 +386,13 @@ class DmlJob:
     def _validate(self) -> None:
         """Parse and analyse the predicate and expressions exactly as the change will, writing nothing."""
         spec = self.spec
+        for text, error, what in [
+            (spec.where, InvalidPredicateError, f"where={spec.where!r}"),
+            *[(e, InvalidExpressionError, f"set[{c!r}]={e!r}") for c, e in spec.assignments.items()],
+        ]:
+            problem = sql.expression_problem(text)
+            if problem:
+                raise error(f"{what}: {problem}")
         self._parse(self.where, InvalidPredicateError, f"where={spec.where!r}")
         columns = {column.lower() for column in self._columns()}
         for column, expression in self.assignments.items():
@@ -242,7 +420,7 @@ class DmlJob:
 
         where = "set expressions" if in_set else f"where={self.spec.where!r}"
         try:
-            return self.spark.sql(query)
+            frame = self.spark.sql(query)
         except AnalysisException as error:
             condition = _condition(error)
             if condition.startswith("UNRESOLVED_COLUMN"):
@@ -252,6 +430,11 @@ class DmlJob:
             if in_set:
                 raise InvalidExpressionError(f"{where}: {error}") from None
             raise InvalidPredicateError(f"{where}: {error}") from None
+        if not frame._jdf.queryExecution().analyzed().deterministic():
+            # A retried or re-planned change must select and produce the same rows every time.
+            error_class = InvalidExpressionError if in_set else InvalidPredicateError
+            raise error_class(f"{where}: non-deterministic functions (rand(), uuid(), ...) are not allowed.")
+        return frame
 
     # -- planning --------------------------------------------------------------------------------
 
@@ -291,10 +474,22 @@ class DmlJob:
             )
         return requested
 
-    def _statement(self, where: str, assignments: Mapping[str, str]) -> str:
+    def _statement(self, target: str, where: str, assignments: Mapping[str, str]) -> str:
         if self.spec.kind is JobKind.DELETE:
-            return sql.delete_statement(self.target, where)
-        return sql.update_statement(self.target, assignments, where)
+            return sql.delete_statement(target, where)
+        return sql.update_statement(target, assignments, where)
+
+    def _apply_isolation_level(self, iceberg_table: Any) -> None:
+        level = self.spec.isolation_level
+        if level is None:
+            return
+        key = f"write.{self.spec.kind.value}.isolation-level"
+        if iceberg_table.properties().get(key, "serializable") != level.value:
+            log(f"Setting table property {key}={level.value}")
+            self.spark.sql(
+                f"ALTER TABLE {sql.table_identifier(self.spec.catalog, self.spec.table)} "
+                f"SET TBLPROPERTIES ({sql.literal(key)} = {sql.literal(level.value)})"
+            )
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -312,7 +507,7 @@ class DmlJob:
             for key in keys:
                 self.spark.conf.unset(key)
 
-    def _truncate(self, iceberg_table: Any) -> None:
+    def _truncate(self, iceberg_table: Any, ref: str) -> None:
         """Drop every file in one metadata-only commit, tagged like every other commit of ours."""
         jvm = self.spark._jvm
         assert jvm is not None
@@ -321,31 +516,29 @@ class DmlJob:
         )
         for key, value in self._commit_properties(Plan.TRUNCATE).items():
             delete = delete.set(key, value)
-        delete = delete.set(SummaryKey.SPARK_APP_ID, self.app_id)
-        if self.spec.branch:
-            delete = delete.toBranch(self.spec.branch)
-        delete.commit()
+        delete.set(SummaryKey.SPARK_APP_ID, self.app_id).toBranch(ref).commit()
 
-    def _rewrite(self, query: str, head_before: int) -> None:
+    def _rewrite(self, query: str, head_before: int, ref: str) -> None:
         """Replace every row with its updated form in one overwrite; conflicts fail, never lose rows."""
         from pyspark.sql.functions import lit
 
         rows = self.spark.sql(query)
+        isolation = self.spec.isolation_level or IsolationLevel.SERIALIZABLE
         writer = (
             rows.writeTo(self.table_name)
             .option("validate-from-snapshot-id", str(head_before))
-            .option("isolation-level", "serializable")
+            .option("isolation-level", isolation.value)
         )
-        if self.spec.branch:
-            writer = writer.option("branch", self.spec.branch)
+        if ref != "main":
+            writer = writer.option("branch", ref)
         for key, value in self._commit_properties(Plan.REWRITE).items():
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.overwrite(lit(True))
 
-    def _find_commit(self, iceberg_table: Any, head_before: int) -> int | None:
-        """The snapshot this application committed on the ref since ``head_before``, if any."""
+    def _find_commit(self, iceberg_table: Any, head_before: int, ref: str) -> int | None:
+        """The snapshot this application committed on ``ref`` since ``head_before``, if any."""
         iceberg_table.refresh()
-        snapshot = iceberg_table.snapshot(self.ref)
+        snapshot = iceberg_table.snapshot(ref)
         while snapshot is not None and int(snapshot.snapshotId()) != head_before:
             if snapshot.summary().get(SummaryKey.SPARK_APP_ID) == self.app_id:
                 return int(snapshot.snapshotId())

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
 
 def quote_identifier(name: str) -> str:
@@ -94,42 +94,72 @@ _IDENTIFIER_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW
 _IDENTIFIER_PART = _IDENTIFIER_START | frozenset("0123456789")
 
 
-def bind_parameters(text: str, parameters: Mapping[str, object]) -> str:
-    """Replace named markers (``:name``) outside quotes and comments with literals.
-
-    Spark binds markers itself, except when Iceberg's SQL extensions are installed (as they are
-    in every job): their parser drops the bindings. So the job binds them here, the same way.
-    """
-    out: list[str] = []
-    i, n = 0, len(text)
+def segments(text: str) -> Iterator[tuple[str, str]]:
+    """Split SQL text into ``("quoted" | "comment" | "code", text)`` pieces, in order."""
+    i, n, code_start = 0, len(text), 0
     while i < n:
         char = text[i]
         if char in "'\"`":
             end = i + 1
             while end < n and text[end] != char:
                 end += 2 if text[end] == "\\" and char != "`" else 1
-            out.append(text[i : end + 1])
-            i = end + 1
+            kind, stop = "quoted", min(end + 1, n)
         elif text.startswith("--", i):
             end = text.find("\n", i)
-            end = n if end == -1 else end
-            out.append(text[i:end])
-            i = end
+            kind, stop = "comment", n if end == -1 else end
         elif text.startswith("/*", i):
             end = text.find("*/", i + 2)
-            end = n if end == -1 else end + 2
-            out.append(text[i:end])
-            i = end
-        elif char == ":" and text[i + 1 : i + 2] in _IDENTIFIER_START and text[i - 1 : i] != ":":
+            kind, stop = "comment", n if end == -1 else end + 2
+        else:
+            i += 1
+            continue
+        if code_start < i:
+            yield "code", text[code_start:i]
+        yield kind, text[i:stop]
+        i = code_start = stop
+    if code_start < n:
+        yield "code", text[code_start:]
+
+
+def expression_problem(text: str) -> str | None:
+    """Why a predicate or expression is refused before Spark sees it, or None.
+
+    Comments can hide text from the person reviewing a rendered template, and a ``;`` starts a
+    second statement: neither has a place in one expression.
+    """
+    for kind, piece in segments(text):
+        if kind == "comment":
+            return f"comments are not allowed (found {piece.strip()[:40]!r})"
+        if kind == "code" and ";" in piece:
+            return "';' is not allowed: give one expression, not statements"
+    return None
+
+
+def bind_parameters(text: str, parameters: Mapping[str, object]) -> str:
+    """Replace named markers (``:name``) outside quotes and comments with literals.
+
+    Spark binds markers itself, except when Iceberg's SQL extensions are installed (as they are
+    in every job): their parser drops the bindings. So the job binds them here, the same way.
+    """
+    return "".join(
+        _bind_code(piece, parameters) if kind == "code" else piece for kind, piece in segments(text)
+    )
+
+
+def _bind_code(code: str, parameters: Mapping[str, object]) -> str:
+    out: list[str] = []
+    i, n = 0, len(code)
+    while i < n:
+        if code[i] == ":" and code[i + 1 : i + 2] in _IDENTIFIER_START and code[i - 1 : i] != ":":
             end = i + 1
-            while end < n and text[end] in _IDENTIFIER_PART:
+            while end < n and code[end] in _IDENTIFIER_PART:
                 end += 1
-            name = text[i + 1 : end]
+            name = code[i + 1 : end]
             if name not in parameters:
                 raise KeyError(name)
             out.append(literal(parameters[name]))
             i = end
         else:
-            out.append(char)
+            out.append(code[i])
             i += 1
     return "".join(out)

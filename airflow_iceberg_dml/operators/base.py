@@ -11,16 +11,18 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
     IcebergDmlError,
+    InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg_dml.jobs.sql import split_table_name
+from airflow_iceberg_dml.jobs.sql import expression_problem, split_table_name
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
 from airflow_iceberg_dml.spec import (
     DmlSpec,
+    IsolationLevel,
     JobKind,
     JobRecord,
     Outcome,
@@ -68,6 +70,23 @@ class BaseIcebergDmlOperator(BaseOperator):
     :param expected_snapshot_id: The snapshot the change must start from, e.g. the one a sensor or
         a data-quality check saw (``"{{ ti.xcom_pull('check')['snapshot_id'] }}"``). When the
         branch head is another snapshot the task fails before writing. (templated)
+    :param max_rows_affected: Guard: fail, committing nothing, when the change would touch more
+        rows. The job counts the matching rows at the head snapshot before writing.
+    :param max_fraction_affected: Guard: fail when a larger fraction (0..1) of the live rows would
+        change, e.g. ``0.01`` for 1%.
+    :param dry_run: Report what would change (rows and data files per partition, in the result's
+        ``impact``) and commit nothing.
+    :param audits: Write-audit-publish: name to SQL query returning one boolean, with ``{table}``
+        standing for the audit branch, e.g. ``{"no_negative": "SELECT count(*) = 0 FROM {table}
+        WHERE amount < 0"}``. The change is written to a branch made from the head, the audits run
+        on it, and the branch is fast-forwarded into ``branch`` (``main``) only when all pass.
+        (templated)
+    :param keep_failed_branch: Keep the audit branch when an audit fails, to inspect it.
+    :param isolation_level: ``serializable`` or ``snapshot``: Iceberg's conflict check at commit;
+        None keeps the table's setting. Set on the table (``write.<operation>.isolation-level``).
+    :param exactly_once: When True (default), a try whose run key (dag, task, run, map index)
+        already committed on the branch returns that commit's result and commits nothing, so a
+        retried non-idempotent UPDATE is applied once. Set False to re-apply on purpose.
     """
 
     job_kind: ClassVar[JobKind]
@@ -78,6 +97,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         "snapshot_properties",
         "branch",
         "expected_snapshot_id",
+        "audits",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"where": "sql", "parameters": "json"}
     ui_color = "#c9e8f5"
@@ -95,6 +115,13 @@ class BaseIcebergDmlOperator(BaseOperator):
         branch: str | None = None,
         write_mode: WriteMode | str = WriteMode.MERGE_ON_READ,
         expected_snapshot_id: int | str | None = None,
+        max_rows_affected: int | None = None,
+        max_fraction_affected: float | None = None,
+        dry_run: bool = False,
+        audits: Mapping[str, str] | None = None,
+        keep_failed_branch: bool = False,
+        isolation_level: IsolationLevel | str | None = None,
+        exactly_once: bool = True,
         **kwargs: Any,
     ) -> None:
         outlets = list(kwargs.pop("outlets", None) or [])
@@ -114,6 +141,14 @@ class BaseIcebergDmlOperator(BaseOperator):
         self.branch = branch
         self.write_mode = write_mode
         self.expected_snapshot_id = expected_snapshot_id
+        self.max_rows_affected = max_rows_affected
+        self.max_fraction_affected = max_fraction_affected
+        # BaseOperator.dry_run() is Airflow's own method: keep it, store the flag under another name.
+        self.dry_run_only = dry_run
+        self.audits = audits
+        self.keep_failed_branch = keep_failed_branch
+        self.isolation_level = isolation_level
+        self.exactly_once = exactly_once
         self._spark_hook: IcebergSparkSubmitHook | None = None
 
     def assignments(self) -> dict[str, str]:
@@ -136,6 +171,17 @@ class BaseIcebergDmlOperator(BaseOperator):
                 "where is required and must be a non-empty Spark SQL predicate; "
                 'to change every row on purpose, pass where="TRUE".'
             )
+        problem = expression_problem(self.where)
+        if problem:
+            raise InvalidPredicateError(f"where={self.where!r}: {problem}")
+        for column, expression in self.assignments().items():
+            problem = expression_problem(expression)
+            if problem:
+                raise InvalidExpressionError(f"set[{column!r}]={expression!r}: {problem}")
+        if self.max_fraction_affected is not None and not 0 <= self.max_fraction_affected <= 1:
+            raise ValueError(f"max_fraction_affected={self.max_fraction_affected} must be between 0 and 1.")
+        if self.max_rows_affected is not None and self.max_rows_affected < 0:
+            raise ValueError(f"max_rows_affected={self.max_rows_affected} must not be negative.")
         columns = {field.name.lower() for field in table.schema().fields}
         unknown = sorted(column for column in self.assignments() if column.lower() not in columns)
         if unknown:
@@ -168,6 +214,10 @@ class BaseIcebergDmlOperator(BaseOperator):
             )
         ti = context["ti"]
         run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+        replayed = self._replay(catalog_hook, table, run_key, head_id, started)
+        if replayed is not None:
+            self._emit_asset_event(context, replayed)
+            return replayed
         spec = DmlSpec(
             kind=self.job_kind,
             catalog=catalog_hook.catalog_config.name,
@@ -178,6 +228,14 @@ class BaseIcebergDmlOperator(BaseOperator):
             write_mode=write_mode,
             branch=self.branch,
             expected_snapshot_id=expected,
+            run_key=run_key,
+            exactly_once=self.exactly_once,
+            max_rows_affected=self.max_rows_affected,
+            max_fraction_affected=self.max_fraction_affected,
+            dry_run=self.dry_run_only,
+            audits=dict(self.audits or {}),
+            keep_failed_branch=self.keep_failed_branch,
+            isolation_level=IsolationLevel(self.isolation_level) if self.isolation_level else None,
             snapshot_properties={
                 **(self.snapshot_properties or {}),
                 **run_key.summary_properties(ti.try_number),
@@ -204,6 +262,30 @@ class BaseIcebergDmlOperator(BaseOperator):
         self._log_result(result)
         return result
 
+    def _replay(
+        self,
+        catalog_hook: IcebergCatalogHook,
+        table: Table,
+        run_key: RunKey,
+        head_id: int | None,
+        started: float,
+    ) -> DmlResult | None:
+        """The result of an earlier try of this run key that committed, or None (exactly-once)."""
+        if not self.exactly_once or self.dry_run_only:
+            return None
+        earlier = catalog_hook.find_run_commits(table, run_key, self.branch)
+        if not earlier:
+            return None
+        summary = earlier[0].summary.additional_properties if earlier[0].summary else {}
+        self.log.info(
+            "Run %s already committed snapshot %s (try %s): returning its result, committing nothing.",
+            run_key,
+            earlier[0].snapshot_id,
+            summary.get(SummaryKey.TRY_NUMBER),
+        )
+        record = JobRecord(outcome=Outcome.REPLAYED, snapshot_id=earlier[0].snapshot_id)
+        return self._result(catalog_hook, run_key, record, head_id, started)
+
     def _result(
         self,
         catalog_hook: IcebergCatalogHook,
@@ -214,13 +296,16 @@ class BaseIcebergDmlOperator(BaseOperator):
     ) -> DmlResult:
         branch = self.branch or "main"
         table = catalog_hook.load_table(self.table)
-        if record is not None and record.outcome is Outcome.NOOP:
+        if record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN):
+            dry_run = record.outcome is Outcome.DRY_RUN
             return noop_result(
                 table=self.table,
                 branch=branch,
                 head_snapshot_id=head_before,
                 spark_app_id=record.spark_app_id,
                 duration_s=time.monotonic() - started,
+                plan=record.plan.value if record.plan else "noop",
+                impact=dict(record.details) if dry_run else None,
             )
         if record is not None and record.snapshot_id is not None:
             snapshot = table.snapshot_by_id(record.snapshot_id)
@@ -232,6 +317,7 @@ class BaseIcebergDmlOperator(BaseOperator):
             raise CommitNotFoundError(
                 f"The Spark job finished but no commit of run {run_key} is in the history of {self.table!r}."
             )
+        replayed = record is not None and record.outcome is Outcome.REPLAYED
         parent = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
         summary = snapshot.summary.additional_properties
         return committed_result(
@@ -244,9 +330,12 @@ class BaseIcebergDmlOperator(BaseOperator):
             timestamp_ms=snapshot.timestamp_ms,
             summary=summary,
             parent_summary=parent.summary.additional_properties if parent and parent.summary else None,
-            write_mode=record.write_mode if record else None,
-            plan=record.plan.value if record and record.plan else summary.get(SummaryKey.PLAN, ""),
+            write_mode=record.write_mode if record and not replayed else None,
+            plan=record.plan.value
+            if record and record.plan and not replayed
+            else summary.get(SummaryKey.PLAN, ""),
             duration_s=time.monotonic() - started,
+            replayed=replayed,
         )
 
     def _emit_asset_event(self, context: Context, result: DmlResult) -> None:
@@ -255,6 +344,8 @@ class BaseIcebergDmlOperator(BaseOperator):
             "operation": result["operation"],
             "branch": result["branch"],
             "noop": result["noop"],
+            "replayed": result["replayed"],
+            "dry_run": result["dry_run"],
         }
         outlet_events = context["outlet_events"]
         if isinstance(self._table_outlet, AssetAlias):

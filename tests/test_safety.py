@@ -1,0 +1,229 @@
+"""Safe by default: checked predicates, guards, dry runs, write-audit-publish, exactly-once.
+
+Job-level tests run the real job on the shared SparkSession; each asserts that a refused change
+leaves the table on the same snapshot.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_dml.exceptions import (
+    AuditFailedError,
+    GuardExceededError,
+    InvalidExpressionError,
+    InvalidPredicateError,
+)
+from airflow_iceberg_dml.jobs.dml import DmlJob
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey, SummaryKey
+from tests.conftest import CATALOG, create_orders_table, load, new_table_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def run(spark: SparkSession, table: str, kind: JobKind = JobKind.DELETE, try_number: int = 1, **fields: Any):
+    run_key = fields.pop("run_key", None)
+    properties = run_key.summary_properties(try_number) if run_key else {}
+    spec = DmlSpec(
+        kind=kind, catalog=CATALOG, table=table, run_key=run_key, snapshot_properties=properties, **fields
+    )
+    return DmlJob(spark, spec).run()
+
+
+def head(catalog_hook, name: str) -> int:
+    return load(catalog_hook, name).current_snapshot().snapshot_id
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"where": "order_id = 1 -- AND customer_id = 2"}, InvalidPredicateError, "comments are not allowed"),
+        ({"where": "order_id = 1 /* hidden */ OR TRUE"}, InvalidPredicateError, "comments are not allowed"),
+        ({"where": "order_id = 1; DELETE FROM x"}, InvalidPredicateError, "';' is not allowed"),
+        ({"where": "rand() < 0.5"}, InvalidPredicateError, "non-deterministic"),
+        ({"where": "uuid() = comment"}, InvalidPredicateError, "non-deterministic"),
+        (
+            {"kind": JobKind.UPDATE, "where": "TRUE", "assignments": {"comment": "uuid()"}},
+            InvalidExpressionError,
+            "non-deterministic",
+        ),
+        (
+            {"kind": JobKind.UPDATE, "where": "order_id = 1", "assignments": {"amount": "1 -- + amount"}},
+            InvalidExpressionError,
+            "comments are not allowed",
+        ),
+        ({"where": "status = :s"}, InvalidPredicateError, "parameter :s has no value"),
+    ],
+)
+def test_predicates_and_expressions_are_checked_before_any_write(spark, catalog_hook, fields, error, message):
+    name = create_orders_table(spark, new_table_name("checked"), rows=60)
+    before = head(catalog_hook, name)
+    kind = fields.pop("kind", JobKind.DELETE)
+    with pytest.raises(error, match=message):
+        run(spark, name, kind, **fields)
+    assert head(catalog_hook, name) == before
+
+
+@pytest.mark.parametrize(
+    ("operator", "message"),
+    [
+        (IcebergDeleteOperator(task_id="c", table="tests.x", where="a = 1 -- b"), "comments are not allowed"),
+        (
+            IcebergDeleteOperator(task_id="s", table="tests.x", where="a = 1; DROP TABLE t"),
+            "';' is not allowed",
+        ),
+        (
+            IcebergUpdateOperator(task_id="u", table="tests.x", where="TRUE", set={"comment": "'x' /* y */"}),
+            "comments are not allowed",
+        ),
+        (
+            IcebergDeleteOperator(task_id="f", table="tests.x", where="TRUE", max_fraction_affected=2),
+            "between 0",
+        ),
+    ],
+)
+def test_the_airflow_side_refuses_hidden_text_before_spark(spark, catalog_hook, operator, message):
+    name = create_orders_table(spark, new_table_name("early"), rows=30)
+    operator.table = name
+    with pytest.raises(AirflowFailException, match=message):
+        operator.execute({})
+
+
+def test_row_guard_aborts_before_the_commit_naming_the_numbers(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("guard_rows"), rows=300)
+    before = head(catalog_hook, name)
+    with pytest.raises(
+        GuardExceededError, match=r"would touch 30 of 300 rows, more than max_rows_affected=10"
+    ):
+        run(spark, name, where="customer_id < 10", max_rows_affected=10)
+    assert head(catalog_hook, name) == before
+    record = run(spark, name, where="customer_id < 10", max_rows_affected=30)
+    assert record.outcome is Outcome.COMMITTED
+
+
+def test_fraction_guard_counts_live_rows(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("guard_fraction"), rows=300)
+    run(spark, name, where="order_id <= 100")  # 200 live rows left
+    before = head(catalog_hook, name)
+    with pytest.raises(GuardExceededError, match=r"would touch 200 of 200 rows \(100.00%\)"):
+        run(spark, name, where="TRUE", max_fraction_affected=0.5)
+    assert head(catalog_hook, name) == before
+    with pytest.raises(GuardExceededError, match=r"50 of 200 rows \(25.00%\)"):
+        run(spark, name, where="order_id > 250", max_fraction_affected=0.2)
+
+
+def test_dry_run_reports_rows_and_files_per_partition_and_commits_nothing(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("dry_run"), rows=300, files_per_partition=2)
+    before = head(catalog_hook, name)
+    record = run(
+        spark, name, JobKind.UPDATE, where="order_id <= 30", assignments={"amount": "0"}, dry_run=True
+    )
+    assert record.outcome is Outcome.DRY_RUN
+    assert head(catalog_hook, name) == before
+    impact = record.details
+    assert impact["rows_matched"] == 30
+    assert impact["rows_total"] == 300
+    assert impact["fraction"] == 0.1
+    partitions = {p["partition"]["status"]: p for p in impact["partitions"]}
+    assert {status: p["rows"] for status, p in partitions.items()} == {"F": 10, "O": 10, "P": 10}
+    assert 3 <= impact["data_files_touched"] <= 6
+    assert impact["data_files_touched"] == sum(p["data_files"] for p in partitions.values())
+
+
+AUDITS_PASS = {
+    "nothing_negative": "SELECT count(*) = 0 FROM {table} WHERE amount < 0",
+    "rows_kept": "SELECT count(*) = 290 FROM {table}",
+}
+
+
+def test_write_audit_publish_fast_forwards_main_when_audits_pass(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("wap_pass"), rows=300)
+    before = head(catalog_hook, name)
+    record = run(spark, name, where="order_id <= 10", audits=AUDITS_PASS)
+    table = load(catalog_hook, name)
+    assert record.outcome is Outcome.COMMITTED
+    assert table.current_snapshot().snapshot_id == record.snapshot_id
+    assert table.current_snapshot().parent_snapshot_id == before
+    assert set(table.metadata.refs) == {"main"}  # the audit branch is gone
+    assert table.scan().to_arrow().num_rows == 290
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_failed_audit_leaves_main_untouched_and_names_the_check(spark, catalog_hook, keep):
+    name = create_orders_table(spark, new_table_name("wap_fail"), rows=300)
+    before = head(catalog_hook, name)
+    audits = {**AUDITS_PASS, "rows_kept": "SELECT count(*) = 300 FROM {table}"}
+    with pytest.raises(AuditFailedError, match=r"'rows_kept' returned \[\[False\]\]") as raised:
+        run(spark, name, where="order_id <= 10", audits=audits, keep_failed_branch=keep)
+    table = load(catalog_hook, name)
+    assert table.current_snapshot().snapshot_id == before
+    assert f"main is unchanged at snapshot {before}" in str(raised.value)
+    branches = set(table.metadata.refs) - {"main"}
+    assert len(branches) == (1 if keep else 0)
+    if keep:
+        kept = table.snapshot_by_name(branches.pop())
+        assert table.scan(snapshot_id=kept.snapshot_id).to_arrow().num_rows == 290
+
+
+def test_broken_audit_query_is_a_failed_audit(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("wap_broken"), rows=30)
+    before = head(catalog_hook, name)
+    with pytest.raises(AuditFailedError, match="'typo' could not run"):
+        run(spark, name, where="order_id <= 3", audits={"typo": "SELEC 1"})
+    assert head(catalog_hook, name) == before
+
+
+def test_a_retried_non_idempotent_update_is_applied_once(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("exactly_once"), rows=90)
+    run_key = RunKey("remediation", "raise_prices", "scheduled__2026-11-21", -1)
+    fields = {"where": "status = 'O'", "assignments": {"amount": "amount * 2"}, "run_key": run_key}
+
+    first = run(spark, name, JobKind.UPDATE, try_number=1, **fields)
+    after_first = head(catalog_hook, name)
+    second = run(spark, name, JobKind.UPDATE, try_number=2, **fields)
+
+    assert first.outcome is Outcome.COMMITTED
+    assert second.outcome is Outcome.REPLAYED
+    assert second.snapshot_id == first.snapshot_id
+    assert head(catalog_hook, name) == after_first
+    arrow = load(catalog_hook, name).scan(row_filter="status == 'O'").to_arrow().sort_by("order_id")
+    assert pc.all(pc.equal(arrow["amount"], pc.multiply(arrow["order_id"], 3.0))).as_py()  # 1.5 * 2, once
+
+    # Another run key (tomorrow's run) is a new change; exactly_once=False re-applies on purpose.
+    other = run(
+        spark, name, JobKind.UPDATE, **{**fields, "run_key": RunKey("remediation", "raise_prices", "x")}
+    )
+    assert other.outcome is Outcome.COMMITTED
+    again = run(spark, name, JobKind.UPDATE, try_number=3, exactly_once=False, **fields)
+    assert again.outcome is Outcome.COMMITTED
+
+
+def test_the_operator_replays_an_earlier_commit_without_starting_spark(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("replay_operator"), rows=90)
+    run_key = RunKey("dag_r", "fix", "manual__1", -1)
+    committed = run(
+        spark, name, JobKind.UPDATE, where="order_id = 1", assignments={"amount": "0"}, run_key=run_key
+    )
+    snapshots = len(load(catalog_hook, name).metadata.snapshots)
+
+    operator = IcebergUpdateOperator(task_id="fix", table=name, where="order_id = 1", set={"amount": "0"})
+    ti = SimpleNamespace(dag_id="dag_r", task_id="fix", run_id="manual__1", map_index=-1, try_number=2)
+    outlet_events: dict[Any, Any] = {operator.outlets[0]: SimpleNamespace(extra=None)}
+    result = operator.execute({"ti": ti, "outlet_events": outlet_events})
+
+    assert result["replayed"] is True
+    assert result["snapshot_id"] == committed.snapshot_id
+    assert result["rows_deleted"] == result["rows_inserted"] == 1
+    assert operator._spark_hook is None  # no Spark application was submitted
+    assert len(load(catalog_hook, name).metadata.snapshots) == snapshots
+    summary = load(catalog_hook, name).snapshot_by_id(committed.snapshot_id).summary
+    assert summary[SummaryKey.TRY_NUMBER] == "1"
+    assert outlet_events[operator.outlets[0]].extra["replayed"] is True
