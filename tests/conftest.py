@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -86,6 +87,8 @@ def spark(catalog_hook: IcebergCatalogHook) -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    # py4j logs its shutdown at INFO from __del__, after pytest has closed the streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def new_table_name(prefix: str = "t") -> str:
