@@ -169,6 +169,8 @@ class DmlSpec:
         returning one boolean; the change is published to the branch only when all return true.
     :param keep_failed_branch: Keep the audit branch when an audit fails (dropped by default).
     :param isolation_level: Iceberg's commit conflict check; None keeps the table's setting.
+    :param conflict_retries: How many times the job re-plans the change on the new head after a
+        commit conflict with a concurrent writer, before failing with ConcurrentCommitError.
     """
 
     application: ClassVar[str] = "dml.py"
@@ -192,6 +194,7 @@ class DmlSpec:
     audits: Mapping[str, str] = field(default_factory=dict)
     keep_failed_branch: bool = False
     isolation_level: IsolationLevel | None = None
+    conflict_retries: int = 2
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:

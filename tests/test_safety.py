@@ -6,6 +6,8 @@ leaves the table on the same snapshot.
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +17,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_dml.exceptions import (
     AuditFailedError,
+    ConcurrentCommitError,
     GuardExceededError,
     InvalidExpressionError,
     InvalidPredicateError,
@@ -227,3 +230,54 @@ def test_the_operator_replays_an_earlier_commit_without_starting_spark(spark, ca
     summary = load(catalog_hook, name).snapshot_by_id(committed.snapshot_id).summary
     assert summary[SummaryKey.TRY_NUMBER] == "1"
     assert outlet_events[operator.outlets[0]].extra["replayed"] is True
+
+
+def _commit_during_next_spark_job(spark, commit) -> threading.Thread:
+    """Run ``commit`` from another writer as soon as the session's next Spark job is running."""
+    tracker = spark.sparkContext.statusTracker()
+    started = set(tracker.getJobIdsForGroup(None))
+
+    def wait_then_commit() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not set(tracker.getActiveJobsIds()) - started:
+            time.sleep(0.05)
+        commit()
+
+    thread = threading.Thread(target=wait_then_commit, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def slow_filter(spark):
+    """A deterministic predicate slow enough for another writer to commit while a change runs."""
+
+    def slow_true(order_id: int) -> bool:
+        time.sleep(0.02)
+        return order_id % 2 == 0
+
+    spark.udf.register("slow_even", slow_true, "boolean")
+    return "slow_even(order_id)"
+
+
+@pytest.mark.parametrize(("retries", "outcome"), [(2, "committed"), (0, "conflict")])
+def test_a_commit_conflict_is_replanned_within_bounds(
+    spark, catalog_hook, slow_filter, retries, outcome, capsys
+):
+    name = create_orders_table(spark, new_table_name("conflict"), rows=200, files_per_partition=1)
+    table = load(catalog_hook, name)
+    # The other writer rewrites the data files this DELETE is deleting from (pyiceberg copy-on-write).
+    other = _commit_during_next_spark_job(spark, lambda: table.delete("order_id <= 150"))
+    if outcome == "committed":
+        record = run(spark, name, where=slow_filter, conflict_retries=retries)
+        other.join()
+        assert record.outcome is Outcome.COMMITTED
+        assert "Commit conflict (attempt 1 of 3): ValidationException" in capsys.readouterr().out
+        remaining = load(catalog_hook, name).scan().to_arrow()["order_id"].to_pylist()
+        assert sorted(remaining) == [i for i in range(151, 201) if i % 2]
+    else:
+        with pytest.raises(ConcurrentCommitError, match=r"after 1 attempt\(s\): ValidationException"):
+            run(spark, name, where=slow_filter, conflict_retries=retries)
+        other.join()
+        remaining = load(catalog_hook, name).scan().to_arrow()["order_id"].to_pylist()
+        assert sorted(remaining) == list(range(151, 201))  # only the other writer's change landed

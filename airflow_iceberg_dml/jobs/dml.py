@@ -97,6 +97,19 @@ def _message(error: BaseException) -> str:
     return str(error).strip()
 
 
+_CONFLICTS = ("ValidationException", "CommitFailedException", "CommitStateUnknownException")
+
+
+def _commit_conflict(error: BaseException) -> str | None:
+    """The Iceberg commit conflict behind ``error`` ("<class>: <message>"), or None for other errors."""
+    text = f"{_java_class_name(error)} {error}"
+    for name in _CONFLICTS:
+        if name in text:
+            first_line = next((line for line in _message(error).splitlines() if line.strip()), name)
+            return f"{name}: {first_line.strip()[:300]}"
+    return None
+
+
 def _json_value(value: Any) -> Any:
     """A partition value as JSON: dates and decimals as text, the rest as is."""
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
@@ -138,13 +151,38 @@ class DmlJob:
         kind = spec.kind.value.upper()
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
         iceberg_table = self._load_table()
+        self._validate()
+        attempts = spec.conflict_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._attempt(iceberg_table)
+            except Exception as error:
+                conflict = _commit_conflict(error)
+                if conflict is None:
+                    raise
+                state_unknown = "CommitStateUnknown" in conflict
+                if attempt == attempts or (state_unknown and not (spec.exactly_once and spec.run_key)):
+                    raise ConcurrentCommitError(
+                        f"Commit of the change to {self.table_name} failed after {attempt} attempt(s): "
+                        f"{conflict}. "
+                        + (
+                            "The commit state is unknown: check the table history before re-running."
+                            if state_unknown
+                            else "Nothing of this change was committed; the task can be retried."
+                        )
+                    ) from None
+                log(f"Commit conflict (attempt {attempt} of {attempts}): {conflict}. Re-planning.")
+        raise AssertionError("unreachable")
+
+    def _attempt(self, iceberg_table: Any) -> JobRecord:
+        """One plan-and-commit from the current head; a commit conflict makes ``run`` try again."""
+        spec = self.spec
         head_before = self._head_snapshot_id(iceberg_table)
         if spec.expected_snapshot_id is not None and head_before != spec.expected_snapshot_id:
             raise SnapshotMismatchError(
                 f"{self.table_name} (ref {self.ref}) is at snapshot {head_before}, not at the expected "
                 f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned."
             )
-        self._validate()
         earlier = self._earlier_commit(iceberg_table, head_before)
         if earlier is not None:
             log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")

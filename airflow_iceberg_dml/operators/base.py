@@ -84,6 +84,9 @@ class BaseIcebergDmlOperator(BaseOperator):
     :param keep_failed_branch: Keep the audit branch when an audit fails, to inspect it.
     :param isolation_level: ``serializable`` or ``snapshot``: Iceberg's conflict check at commit;
         None keeps the table's setting. Set on the table (``write.<operation>.isolation-level``).
+    :param conflict_retries: How many times the job re-plans on the new head after a commit
+        conflict with a concurrent writer (Iceberg itself retries plain commit races), before the
+        task fails with ``ConcurrentCommitError`` (retryable). Default 2.
     :param exactly_once: When True (default), a try whose run key (dag, task, run, map index)
         already committed on the branch returns that commit's result and commits nothing, so a
         retried non-idempotent UPDATE is applied once. Set False to re-apply on purpose.
@@ -122,6 +125,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         keep_failed_branch: bool = False,
         isolation_level: IsolationLevel | str | None = None,
         exactly_once: bool = True,
+        conflict_retries: int = 2,
         **kwargs: Any,
     ) -> None:
         outlets = list(kwargs.pop("outlets", None) or [])
@@ -149,6 +153,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         self.keep_failed_branch = keep_failed_branch
         self.isolation_level = isolation_level
         self.exactly_once = exactly_once
+        self.conflict_retries = conflict_retries
         self._spark_hook: IcebergSparkSubmitHook | None = None
 
     def assignments(self) -> dict[str, str]:
@@ -230,6 +235,7 @@ class BaseIcebergDmlOperator(BaseOperator):
             expected_snapshot_id=expected,
             run_key=run_key,
             exactly_once=self.exactly_once,
+            conflict_retries=self.conflict_retries,
             max_rows_affected=self.max_rows_affected,
             max_fraction_affected=self.max_fraction_affected,
             dry_run=self.dry_run_only,
