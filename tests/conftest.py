@@ -5,10 +5,12 @@ The environment is set before anything imports Airflow, so tests never touch a u
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 _STATE = Path(tempfile.mkdtemp(prefix="iceberg-dml-tests-"))
+atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
 os.environ["AIRFLOW_HOME"] = str(_STATE / "airflow")
 os.environ["AIRFLOW_ICEBERG_DML_HOME"] = str(_STATE / "iceberg")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
