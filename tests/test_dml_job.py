@@ -310,3 +310,35 @@ def test_expected_snapshot_id_is_a_precondition(spark, catalog_hook) -> None:
     record = run(spark, name, where="order_id = 1", expected_snapshot_id=head)
     assert record.outcome is Outcome.COMMITTED
     assert load(catalog_hook, name).current_snapshot().parent_snapshot_id == head
+
+
+@pytest.mark.parametrize("kind", [JobKind.DELETE, JobKind.UPDATE])
+def test_a_predicate_on_an_identity_partition_column_is_not_mistaken_for_every_row(spark, catalog_hook, kind):
+    # Iceberg answers `status = 'O'` in full from partition metadata, so Spark's optimized plan has no
+    # Filter left: the change must still touch only those rows, never be planned as truncate/rewrite.
+    name = create_orders_table(spark, new_table_name(f"identity_{kind.value}"), rows=300)
+    fields: dict[str, Any] = {"where": "status = 'O'"}
+    if kind is JobKind.UPDATE:
+        fields["assignments"] = {"comment": "'touched'"}
+    record = run(spark, name, kind, **fields)
+    assert record.plan is Plan.ROW_LEVEL
+    arrow = load(catalog_hook, name).scan().to_arrow()
+    if kind is JobKind.DELETE:
+        assert sorted(set(arrow["status"].to_pylist())) == ["F", "P"]
+        assert arrow.num_rows == 200
+    else:
+        touched = arrow.filter(pc.equal(arrow["comment"], "touched"))
+        assert set(touched["status"].to_pylist()) == {"O"}
+        assert touched.num_rows == 100
+        assert arrow.num_rows == 300
+
+
+@pytest.mark.parametrize(
+    ("where", "plan"),
+    [("TRUE", Plan.TRUNCATE), ("1 = 1", Plan.TRUNCATE), ("1 = 0", Plan.NOOP), ("NULL", Plan.NOOP)],
+)
+def test_only_constant_predicates_get_the_edge_case_plans(spark, catalog_hook, where, plan):
+    name = create_orders_table(spark, new_table_name("constant"), rows=30)
+    assert (
+        DmlJob(spark, DmlSpec(kind=JobKind.DELETE, catalog=CATALOG, table=name, where=where))._plan() is plan
+    )

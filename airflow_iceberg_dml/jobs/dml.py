@@ -477,14 +477,22 @@ class DmlJob:
     # -- planning --------------------------------------------------------------------------------
 
     def _plan(self) -> Plan:
-        """Classify the predicate by what Spark's optimizer makes of it on this table."""
-        probe = self._analyse(sql.probe_query(self.target, self.where))
-        optimized = str(probe._jdf.queryExecution().optimizedPlan().toString())
-        if "Filter " in optimized:
-            return Plan.ROW_LEVEL
-        if optimized.lstrip().startswith("LocalRelation <empty>"):
-            return Plan.NOOP
-        return Plan.TRUNCATE if self.spec.kind is JobKind.DELETE else Plan.REWRITE
+        """Row-level unless the predicate is a constant: then its value decides (truncate/rewrite or no-op).
+
+        The predicate is evaluated with no table in scope. The optimized plan cannot decide this:
+        a filter that Iceberg answers in full (an identity-partition column) leaves no Filter node.
+        """
+        from pyspark.errors import AnalysisException
+
+        try:
+            value = self.spark.sql(sql.constant_predicate_query(self.where)).collect()[0][0]
+        except AnalysisException as error:
+            if _condition(error).startswith("UNRESOLVED_COLUMN"):
+                return Plan.ROW_LEVEL
+            raise InvalidPredicateError(f"where={self.spec.where!r}: {_message(error)}") from None
+        if value is True:
+            return Plan.TRUNCATE if self.spec.kind is JobKind.DELETE else Plan.REWRITE
+        return Plan.NOOP  # constant false or NULL: matches no row
 
     def _resolve_write_mode(self, iceberg_table: Any) -> WriteMode:
         """Which mode this change will use; set the table property when the table has none."""

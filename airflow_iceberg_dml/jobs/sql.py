@@ -59,6 +59,11 @@ def probe_query(target: str, where: str, assignments: Mapping[str, str] | None =
     return f"SELECT {projection}\nFROM {target}\nWHERE\n{where}"
 
 
+def constant_predicate_query(where: str) -> str:
+    """Evaluates the predicate with no table in scope: it fails to resolve if it needs a column."""
+    return f"SELECT CAST((\n{where}\n) AS BOOLEAN) AS matches_every_row"
+
+
 def rewrite_query(
     source: str, snapshot_id: int, columns: Sequence[str], assignments: Mapping[str, str]
 ) -> str:
