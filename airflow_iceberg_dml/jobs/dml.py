@@ -110,6 +110,11 @@ def _commit_conflict(error: BaseException) -> str | None:
     return None
 
 
+def _one_line(statement: str) -> str:
+    """The statement on one log line (it holds no comment: those are refused)."""
+    return " ".join(line.strip() for line in statement.splitlines() if line.strip())
+
+
 def _json_value(value: Any) -> Any:
     """A partition value as JSON: dates and decimals as text, the rest as is."""
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
@@ -228,14 +233,14 @@ class DmlJob:
             return None, statement
         if plan is Plan.REWRITE:
             statement = sql.rewrite_query(self.table_name, head_before, self._columns(), spec.assignments)
-            log(f"Plan: rewrite every row in one overwrite commit, no delete files\n{statement}")
+            log(f"Plan: rewrite every row in one overwrite commit, no delete files: {_one_line(statement)}")
             query = sql.rewrite_query(self.table_name, head_before, self._columns(), self.assignments)
             self._rewrite(query, head_before, ref)
             return None, statement
         write_mode = self._resolve_write_mode(iceberg_table)
         self._apply_isolation_level(iceberg_table)
         statement = self._statement(self._target(ref), spec.where, spec.assignments)
-        log(f"Plan: row-level {write_mode.value}\n{statement}")
+        log(f"Plan: row-level {write_mode.value}: {_one_line(statement)}")
         self._execute(self._statement(self._target(ref), self.where, self.assignments), plan)
         return write_mode, statement
 
