@@ -1,0 +1,108 @@
+"""spark-submit killed at random moments: the table stays consistent and the retry applies the change once."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+from airflow_iceberg_dml.exceptions import IcebergDmlError
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey
+from tests.conftest import CATALOG, create_orders_table, load, new_table_name
+
+#: Ten kills, spread over three logical changes: each change is tried (and killed) several times,
+#: like a task whose worker keeps dying, then completed by one more try of the same run key.
+KILLS_PER_CHANGE = (4, 3, 3)
+
+
+def _increments(catalog_hook, name: str) -> set[float]:
+    """How many times +1 was applied to the open orders, as read by pyiceberg (a set: one value = no mix)."""
+    arrow = load(catalog_hook, name).scan(row_filter="status == 'O'").to_arrow()
+    return set(pc.subtract(arrow["amount"], pc.multiply(arrow["order_id"], 1.5)).to_pylist())
+
+
+def _spec(name: str, run_key: RunKey, try_number: int) -> DmlSpec:
+    return DmlSpec(
+        kind=JobKind.UPDATE,
+        catalog=CATALOG,
+        table=name,
+        where="status = 'O'",
+        assignments={"amount": "amount + 1"},
+        run_key=run_key,
+        snapshot_properties=run_key.summary_properties(try_number),
+    )
+
+
+def _new_data_files(data_folder: Path, since: float) -> list[Path]:
+    return [path for path in data_folder.rglob("*.parquet") if path.stat().st_mtime > since]
+
+
+def _submit_and_kill(catalog_hook, spec: DmlSpec, kill_after: float, data_folder: Path | None = None) -> None:
+    """Submit, then SIGKILL after ``kill_after`` s or when a new file appears in ``data_folder``."""
+    hook = IcebergSparkSubmitHook()
+
+    def submit() -> None:
+        with contextlib.suppress(IcebergDmlError):  # a killed try fails: that is the point
+            hook.submit(spec, catalog_hook.catalog_config, name="faults")
+
+    started = time.time()
+    attempt = threading.Thread(target=submit)
+    attempt.start()
+    while time.time() - started < kill_after:
+        if data_folder is not None and _new_data_files(data_folder, started):
+            break
+        time.sleep(0.02)
+    hook.on_kill()  # the operator's on_kill: SIGKILL to spark-submit
+    attempt.join(timeout=120)
+    assert not attempt.is_alive()
+
+
+@pytest.mark.spark_submit
+def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("faults"), rows=600)
+    data_folder = Path(load(catalog_hook, name).location().removeprefix("file:")) / "data"
+    rng = random.Random(20261121)
+    kill_times: list[float | str] = []
+    for change, kills in enumerate(KILLS_PER_CHANGE, start=1):
+        run_key = RunKey("faults", "increment", f"change-{change}", -1)
+        for try_number in range(1, kills + 1):
+            # The last kill of each change lands between the job's first data file and its commit.
+            at_first_file = try_number == kills
+            kill_after = 60.0 if at_first_file else rng.uniform(0.5, 14.0)
+            kill_times.append("first file" if at_first_file else round(kill_after, 1))
+            _submit_and_kill(
+                catalog_hook,
+                _spec(name, run_key, try_number),
+                kill_after,
+                data_folder if at_first_file else None,
+            )
+            # Never a mix: every open order carries the same number of increments, old or new.
+            assert _increments(catalog_hook, name) in ({change - 1}, {change})
+
+        spec = _spec(name, run_key, kills + 1)
+        record = IcebergSparkSubmitHook().submit(spec, catalog_hook.catalog_config, name="faults-retry")
+        assert record is not None
+        assert record.outcome in (Outcome.COMMITTED, Outcome.REPLAYED)
+        assert _increments(catalog_hook, name) == {change}, f"change {change}, kills at {kill_times}"
+
+    # What the killed jobs wrote and never committed is orphaned; orphan cleanup removes it. The
+    # procedure refuses intervals under a day, so use Iceberg's action, as its message advises.
+    jvm = spark._jvm
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, f"{CATALOG}.{name}"
+    )
+    actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    now_ms = int(time.time() * 1000) + 1000
+    removed = list(actions.deleteOrphanFiles(table).olderThan(now_ms).execute().orphanFileLocations())
+    assert list(actions.deleteOrphanFiles(table).olderThan(now_ms).execute().orphanFileLocations()) == []
+    assert removed, "the kills at the first data file must leave uncommitted files behind"
+    assert all("/data/" in location or "/metadata/" in location for location in removed)
+    assert _increments(catalog_hook, name) == {len(KILLS_PER_CHANGE)}
+    assert load(catalog_hook, name).scan().to_arrow().num_rows == 600
+    print(f"kill times (s): {kill_times}; orphan files removed: {len(removed)}")
