@@ -1,0 +1,3 @@
+"""Sensors: wait for Iceberg commits."""
+
+from __future__ import annotations
