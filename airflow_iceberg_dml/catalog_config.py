@@ -116,6 +116,10 @@ class CatalogConfig:
             raise CatalogConfigError(
                 f"The {catalog_type} catalog {name!r} has no uri: set the connection's host (or extra 'uri')."
             )
+        if catalog_type == "rest" and "credential" in as_text:
+            # Both clients fall back to the catalog's own token endpoint with a deprecation warning
+            # (a fallback Iceberg will remove): name it, unless the connection names another one.
+            as_text.setdefault("oauth2-server-uri", f"{as_text['uri'].rstrip('/')}/v1/oauth/tokens")
         known = set(_SHARED_KEYS) | set(_REST_KEYS) | _PYICEBERG_ONLY
         ignored = tuple(
             sorted(key for key in as_text if key not in known and not key.startswith(_PREFIX_KEYS))

@@ -59,9 +59,15 @@ def spark_properties(
     spark_conf: Mapping[str, Any] | None = None,
     *,
     local_python: str | None = None,
+    driver_python: str | None = None,
     quiet: bool = True,
 ) -> dict[str, str]:
-    """The whole Spark configuration of a job: Iceberg, the catalog, then the user's own conf."""
+    """The whole Spark configuration of a job: Iceberg, the catalog, then the user's own conf.
+
+    ``local_python`` is the interpreter of the driver and the executors (``local[*]``);
+    ``driver_python`` that of the driver only (client deploy mode: the driver runs on this machine,
+    the executors elsewhere keep their own Python).
+    """
     user = {key: str(value) for key, value in (spark_conf or {}).items()}
     extensions = [ICEBERG_EXTENSIONS]
     if user.get("spark.sql.extensions"):
@@ -76,9 +82,21 @@ def spark_properties(
         properties["spark.ui.showConsoleProgress"] = "false"
     if local_python:
         properties["spark.pyspark.python"] = local_python
-        properties["spark.pyspark.driver.python"] = local_python
+    if local_python or driver_python:
+        properties["spark.pyspark.driver.python"] = str(local_python or driver_python)
     properties.update(user)
     return properties
+
+
+def check_deploy_mode(master: str, deploy_mode: str | None) -> None:
+    """Refuse, before anything is submitted, a deploy mode that Spark refuses for this job."""
+    if deploy_mode == "cluster" and master.startswith("spark://"):
+        raise ValueError(
+            f"The Spark connection asks for cluster deploy mode on the standalone master {master}, "
+            "but Spark standalone does not run Python applications in cluster mode. Set the "
+            "connection's deploy-mode extra to client (the driver then runs on the Airflow worker), "
+            "or use cluster mode on YARN or Kubernetes."
+        )
 
 
 def package_zip(folder: Path) -> Path:
@@ -111,7 +129,10 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
     def _resolve_connection(self) -> dict[str, Any]:
         data = super()._resolve_connection()
         if self._default_master:
+            # The provider has just logged that it defaults to yarn; say what really happens.
+            self.log.info("No Spark connection %r: running on %s", self._conn_id, self._default_master)
             data["master"] = self._default_master
+        check_deploy_mode(data["master"], data["deploy_mode"])
         return data
 
     def _get_spark_binary_path(self) -> list[str]:
@@ -190,6 +211,8 @@ class IcebergSparkSubmitHook(BaseHook):
                 catalog,
                 self.spark_conf,
                 local_python=sys.executable if local else None,
+                # In client mode the driver runs here: it needs this interpreter, which has pyspark.
+                driver_python=None if remote_driver else sys.executable,
                 quiet=not self.log.isEnabledFor(logging.DEBUG),
             )
             _write_private(properties_path, properties_file_text(properties))
