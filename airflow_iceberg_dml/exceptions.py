@@ -90,6 +90,14 @@ class CatalogUnavailableError(IcebergDmlError):
     retryable = True
 
 
+class InvalidMaintenanceOptionError(IcebergDmlError, ValueError):
+    """A maintenance option, sort order or argument is unknown or has an invalid value."""
+
+
+class UnsafeRetentionError(IcebergDmlError, ValueError):
+    """``older_than`` is more recent than the safety floor of snapshot expiry or orphan removal."""
+
+
 _BY_NAME: dict[str, type[IcebergDmlError]] = {
     cls.__name__: cls
     for cls in (
@@ -110,6 +118,8 @@ _BY_NAME: dict[str, type[IcebergDmlError]] = {
         InvalidSnapshotFilterError,
         SnapshotNotFoundError,
         CatalogUnavailableError,
+        InvalidMaintenanceOptionError,
+        UnsafeRetentionError,
     )
 }
 

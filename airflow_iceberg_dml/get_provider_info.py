@@ -29,6 +29,8 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_iceberg_dml.operators.delete",
                     "airflow_iceberg_dml.operators.update",
+                    "airflow_iceberg_dml.operators.compaction",
+                    "airflow_iceberg_dml.operators.maintenance",
                 ],
             }
         ],
@@ -39,6 +41,18 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_dml.hooks.catalog",
                     "airflow_iceberg_dml.hooks.spark_submit",
                 ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Apache Iceberg DML",
+                "python-modules": ["airflow_iceberg_dml.sensors.snapshot"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Apache Iceberg DML",
+                "python-modules": ["airflow_iceberg_dml.triggers.snapshot"],
             }
         ],
         "connection-types": [],

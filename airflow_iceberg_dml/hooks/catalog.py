@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
+    from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention
     from airflow_iceberg_dml.spec import RunKey
 
 
@@ -95,6 +96,27 @@ class IcebergCatalogHook(IcebergHook):
             yield snapshot
             parent_id = snapshot.parent_snapshot_id
             snapshot = table.snapshot_by_id(parent_id) if parent_id is not None else None
+
+    def health(
+        self,
+        table: Table | str,
+        thresholds: HealthThresholds | None = None,
+        *,
+        retention: Retention | None = None,
+        read_manifests: bool = True,
+    ) -> HealthReport:
+        """The table's health from its metadata only (no data file is read): delete files and
+        deleted-row ratio per partition, small files, manifests, snapshots, metadata.json size, and
+        which maintenance procedures it needs. See :mod:`airflow_iceberg_dml.health`.
+
+        :param table: A table loaded by this hook, or its ``namespace.table`` name.
+        :param retention: Expiry settings for the expirable-snapshot count (default: the table's own).
+        :param read_manifests: False reads only metadata.json (summary totals, no per-partition view).
+        """
+        from airflow_iceberg_dml.health import table_health
+
+        loaded = self.load_table(table) if isinstance(table, str) else table
+        return table_health(loaded, thresholds, retention=retention, read_manifests=read_manifests)
 
     def find_run_commits(
         self, table: Table, run_key: RunKey, branch: str | None = None, stop_at: int | None = None

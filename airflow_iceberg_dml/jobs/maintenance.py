@@ -1,0 +1,463 @@
+"""PySpark entrypoint for table maintenance: ``spark-submit maintenance.py <spec.json>``.
+
+Runs the procedures of a :class:`~airflow_iceberg_dml.spec.MaintenanceSpec` in order and writes a
+:class:`~airflow_iceberg_dml.spec.JobRecord` whose ``details`` hold each procedure's output columns
+under Iceberg's own names.
+
+The three procedures that commit a snapshot (``rewrite_data_files``,
+``rewrite_position_delete_files``, ``rewrite_manifests``) run through Iceberg's Spark actions, the
+code the ``CALL`` procedures wrap: only the actions take snapshot summary properties (the
+procedures ignore ``spark.sql.iceberg.snapshot-property.*``), and every commit must carry the run
+key. ``expire_snapshots`` and ``remove_orphan_files`` commit no snapshot and run as ``CALL``
+statements. Every procedure's equivalent ``CALL`` statement is logged and recorded.
+
+A rewrite that loses to a concurrent commit (Iceberg's validation refuses to commit it, so the
+concurrent change is never lost) is planned again from the new table state, up to
+``conflict_retries`` times, then fails with a retryable
+:class:`~airflow_iceberg_dml.exceptions.ConcurrentCommitError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_iceberg_dml.exceptions import (
+    ConcurrentCommitError,
+    IcebergDmlError,
+    InvalidMaintenanceOptionError,
+    InvalidPredicateError,
+    SparkJobError,
+    TableNotFoundError,
+    UnknownColumnError,
+)
+from airflow_iceberg_dml.jobs import procedures, sql
+from airflow_iceberg_dml.jobs.dml import (
+    _condition,
+    _java_class_name,
+    _message,
+    _ProgressReporter,
+    _write_record,
+    log,
+)
+from airflow_iceberg_dml.spec import (
+    MAINTENANCE_PROCEDURE_KEY,
+    CompactionStrategy,
+    ExpireSnapshotsCall,
+    JobRecord,
+    MaintenanceSpec,
+    Outcome,
+    ProcedureCall,
+    RemoveOrphanFilesCall,
+    RewriteDataFilesCall,
+    RewriteManifestsCall,
+    RewritePositionDeleteFilesCall,
+    SummaryKey,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import SparkSession
+
+#: remove_orphan_files can list many files; the record keeps this many of them (and the count).
+MAX_LISTED_ORPHANS = 1000
+_CONFLICT_EXCEPTIONS = ("ValidationException", "CommitFailedException")
+
+
+def _java_causes(error: BaseException) -> list[tuple[str, str]]:
+    """(class name, message) of a Java exception and its causes, outermost first."""
+    causes: list[tuple[str, str]] = []
+    java_exception = getattr(error, "java_exception", None)
+    while java_exception is not None and len(causes) < 20:
+        causes.append((str(java_exception.getClass().getName()), str(java_exception.getMessage())))
+        java_exception = java_exception.getCause()
+    return causes
+
+
+def conflict_message(error: BaseException) -> str | None:
+    """Iceberg's message when ``error`` is a commit conflict (validation or commit failure), else None."""
+    for class_name, message in _java_causes(error):
+        if class_name.rsplit(".", 1)[-1] in _CONFLICT_EXCEPTIONS:
+            return message.splitlines()[0][:500]
+    return None
+
+
+class MaintenanceJob:
+    """Carries out one :class:`MaintenanceSpec` on a running SparkSession."""
+
+    def __init__(self, spark: SparkSession, spec: MaintenanceSpec) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.app_id: str = spark.sparkContext.applicationId
+        self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
+        self.target = sql.table_identifier(spec.catalog, spec.table)
+        self.conflict_retries = 0
+        jvm = spark._jvm
+        assert jvm is not None, "the maintenance job needs classic (JVM) Spark, not Spark Connect"
+        self.jvm: Any = jvm
+
+    # -- entry point -------------------------------------------------------------------------
+
+    def run(self) -> JobRecord:
+        spec = self.spec
+        names = ", ".join(call.procedure.value for call in spec.calls)
+        log(f"Maintenance of {self.table_name} ({names}), Spark application {self.app_id}")
+        for call in spec.calls:
+            procedures.validate_call(call)
+        table = self._load_table()
+        self._validate_against_table(table)
+        head_before = self._head_snapshot_id(table)
+        outputs: dict[str, dict[str, Any]] = {}
+        statements: list[str] = []
+        durations: dict[str, float] = {}
+        for call in spec.calls:
+            name = call.procedure.value
+            statement = procedures.call_statement(spec.catalog, spec.table, call)
+            statements.append(statement)
+            started = time.monotonic()
+            if self._head_snapshot_id(table) is None and not isinstance(call, RemoveOrphanFilesCall):
+                log(f"{name}: the table has no snapshot; nothing to do.")
+                outputs[name] = {"skipped": "the table has no snapshot"}
+                continue
+            log(f"{name}:\n{statement}")
+            outputs[name] = self._run_call(call, table)
+            durations[name] = round(time.monotonic() - started, 3)
+            log(f"{name} finished in {durations[name]:.1f}s: {_short(outputs[name])}")
+        commits = self._find_commits(table, head_before)
+        changed = bool(commits) or _deleted_files(outputs) > 0
+        if commits:
+            log(f"Committed snapshot(s) {', '.join(map(str, commits))} on {self.table_name}")
+        return JobRecord(
+            outcome=Outcome.COMMITTED if changed else Outcome.NOOP,
+            spark_app_id=self.app_id,
+            snapshot_id=commits[0] if commits else None,
+            statement="\n\n".join(statements),
+            details={
+                "outputs": outputs,
+                "commits": commits,
+                "conflict_retries": self.conflict_retries,
+                "durations_s": durations,
+            },
+        )
+
+    # -- table and validation ----------------------------------------------------------------
+
+    def _load_table(self) -> Any:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import AnalysisException
+
+        try:
+            return self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                self.spark._jsparkSession, self.table_name
+            )
+        except (Py4JJavaError, AnalysisException) as error:
+            if "NoSuchTable" in _java_class_name(error) or _condition(error).startswith(
+                "TABLE_OR_VIEW_NOT_FOUND"
+            ):
+                raise TableNotFoundError(
+                    f"Table {self.spec.table!r} does not exist in catalog {self.spec.catalog!r}."
+                ) from None
+            raise
+
+    @staticmethod
+    def _head_snapshot_id(table: Any) -> int | None:
+        table.refresh()
+        snapshot = table.currentSnapshot()
+        return int(snapshot.snapshotId()) if snapshot is not None else None
+
+    def _validate_against_table(self, table: Any) -> None:
+        """Sort order columns, and the ``where`` filters, resolved against the table, writing nothing."""
+        schema = table.schema()
+        for call in self.spec.calls:
+            if isinstance(call, RewriteDataFilesCall):
+                if call.sort_order is not None:
+                    order = procedures.parse_sort_order(call.sort_order)
+                    missing = [c for c in order.columns if schema.caseInsensitiveFindField(c) is None]
+                    if missing:
+                        raise UnknownColumnError(
+                            f"sort_order={call.sort_order!r}: column(s) {missing} not in table "
+                            f"{self.spec.table!r}."
+                        )
+                elif call.strategy is CompactionStrategy.SORT and table.sortOrder().isUnsorted():
+                    raise InvalidMaintenanceOptionError(
+                        "strategy='sort' without sort_order needs a table sort order, and "
+                        f"{self.spec.table!r} has none: pass sort_order (e.g. 'col ASC' or 'zorder(a, b)') "
+                        "or set one with ALTER TABLE ... WRITE ORDERED BY."
+                    )
+            if isinstance(call, RewriteDataFilesCall | RewritePositionDeleteFilesCall) and call.where:
+                self._filter(call.where)
+
+    def _filter(self, where: str) -> Any:
+        """The Iceberg expression of a Spark SQL predicate, as ``rewrite_data_files`` converts it."""
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import AnalysisException, ParseException
+
+        converter = self.jvm.org.apache.spark.sql.execution.datasources.SparkExpressionConverter
+        try:
+            resolved = converter.collectResolvedSparkExpression(self.spark._jsparkSession, self.target, where)
+            return converter.convertToIcebergExpression(resolved)
+        except (AnalysisException, ParseException, Py4JJavaError) as error:
+            if _condition(error).startswith("UNRESOLVED_COLUMN"):
+                raise UnknownColumnError(f"where={where!r}: unknown column. {_message(error)}") from None
+            raise InvalidPredicateError(
+                f"where={where!r} cannot be used to select files: {_message(error).splitlines()[0]} "
+                "(use comparisons, IN, IS NULL, AND/OR/NOT on columns, ideally partition columns)."
+            ) from None
+
+    # -- procedures --------------------------------------------------------------------------------
+
+    def _run_call(self, call: ProcedureCall, table: Any) -> dict[str, Any]:
+        if isinstance(call, RewriteDataFilesCall):
+            return self._with_conflict_retries(
+                call.procedure.value, table, lambda: self._rewrite_data(call, table)
+            )
+        if isinstance(call, RewritePositionDeleteFilesCall):
+            table.refresh()
+            summary = table.currentSnapshot().summary()
+            if call.only_if_delete_files_remain and int(summary.get("total-position-deletes") or 0) == 0:
+                log("rewrite_position_delete_files: no position delete file remains; skipped.")
+                return {"skipped": "no position delete file remains"}
+            return self._with_conflict_retries(
+                call.procedure.value, table, lambda: self._rewrite_position_deletes(call, table)
+            )
+        if isinstance(call, RewriteManifestsCall):
+            return self._with_conflict_retries(
+                call.procedure.value, table, lambda: self._rewrite_manifests(call, table)
+            )
+        if isinstance(call, ExpireSnapshotsCall):
+            row = self._call(call).collect()[0]
+            return {key: int(value) for key, value in row.asDict().items()}
+        rows = self._call(call).collect()
+        locations = [str(row["orphan_file_location"]) for row in rows]
+        return {
+            "orphan_file_count": len(locations),
+            "orphan_file_location": locations[:MAX_LISTED_ORPHANS],
+            "dry_run": call.dry_run,
+        }
+
+    def _call(self, call: ExpireSnapshotsCall | RemoveOrphanFilesCall) -> Any:
+        return self.spark.sql(procedures.call_statement(self.spec.catalog, self.spec.table, call))
+
+    def _commit_properties(self, call: ProcedureCall) -> dict[str, str]:
+        return {
+            **self.spec.snapshot_properties,
+            MAINTENANCE_PROCEDURE_KEY: call.procedure.value,
+            SummaryKey.SPARK_APP_ID: self.app_id,
+        }
+
+    def _tagged(self, action: Any, call: ProcedureCall) -> Any:
+        for key, value in self._commit_properties(call).items():
+            action = action.snapshotProperty(key, value)
+        return action
+
+    def _options(self, action: Any, options: dict[str, str]) -> Any:
+        for key, value in options.items():
+            action = action.option(key, value)
+        return action
+
+    def _actions(self) -> Any:
+        return self.jvm.org.apache.iceberg.spark.actions.SparkActions.get(self.spark._jsparkSession)
+
+    def _rewrite_data(self, call: RewriteDataFilesCall, table: Any) -> dict[str, Any]:
+        action = self._actions().rewriteDataFiles(table)
+        order = procedures.parse_sort_order(call.sort_order) if call.sort_order else None
+        if call.strategy is CompactionStrategy.BINPACK:
+            action = action.binPack()
+        elif order is not None and order.zorder:
+            gateway: Any = self.spark.sparkContext._gateway
+            columns = gateway.new_array(self.jvm.java.lang.String, len(order.zorder))
+            for index, column in enumerate(order.zorder):
+                columns[index] = column
+            action = action.zOrder(columns)
+        elif order is not None:
+            null_order = self.jvm.org.apache.iceberg.NullOrder
+            builder = self.jvm.org.apache.iceberg.SortOrder.builderFor(table.schema()).caseSensitive(False)
+            for sort_field in order.fields:
+                nulls_first = (
+                    sort_field.nulls_first
+                    if sort_field.nulls_first is not None
+                    else not sort_field.descending
+                )
+                nulls = null_order.NULLS_FIRST if nulls_first else null_order.NULLS_LAST
+                if sort_field.descending:
+                    builder = builder.desc(sort_field.column, nulls)
+                else:
+                    builder = builder.asc(sort_field.column, nulls)
+            action = action.sort(builder.build())
+        else:
+            action = action.sort()
+        if call.where:
+            action = action.filter(self._filter(call.where))
+        action = self._tagged(self._options(action, dict(call.options)), call)
+        result = action.execute()
+        return {
+            "rewritten_data_files_count": int(result.rewrittenDataFilesCount()),
+            "added_data_files_count": int(result.addedDataFilesCount()),
+            "rewritten_bytes_count": int(result.rewrittenBytesCount()),
+            "failed_data_files_count": int(result.failedDataFilesCount()),
+            "removed_delete_files_count": int(result.removedDeleteFilesCount()),
+        }
+
+    def _rewrite_position_deletes(self, call: RewritePositionDeleteFilesCall, table: Any) -> dict[str, Any]:
+        action = self._actions().rewritePositionDeletes(table)
+        if call.where:
+            action = action.filter(self._filter(call.where))
+        result = self._tagged(self._options(action, dict(call.options)), call).execute()
+        return {
+            "rewritten_delete_files_count": int(result.rewrittenDeleteFilesCount()),
+            "added_delete_files_count": int(result.addedDeleteFilesCount()),
+            "rewritten_bytes_count": int(result.rewrittenBytesCount()),
+            "added_bytes_count": int(result.addedBytesCount()),
+        }
+
+    def _rewrite_manifests(self, call: RewriteManifestsCall, table: Any) -> dict[str, Any]:
+        action = self._actions().rewriteManifests(table)
+        if call.use_caching is not None:
+            action = action.option("use-caching", str(call.use_caching).lower())
+        result = self._tagged(action, call).execute()
+        return {
+            "rewritten_manifests_count": len(list(result.rewrittenManifests())),
+            "added_manifests_count": len(list(result.addedManifests())),
+        }
+
+    def _with_conflict_retries(
+        self, name: str, table: Any, attempt: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Run a rewrite; plan it again from the new table state when it lost to a concurrent commit."""
+        retries = self.spec.conflict_retries
+        totals: dict[str, Any] = {}
+        for number in range(retries + 1):
+            table.refresh()
+            try:
+                output = attempt()
+            except Exception as error:
+                conflict = conflict_message(error)
+                if conflict is None:
+                    raise
+                if number == retries:
+                    raise ConcurrentCommitError(
+                        f"{name}: a concurrent commit conflicted with the rewrite {number + 1} time(s); "
+                        "Iceberg refused to commit it, so the concurrent change stands and this rewrite "
+                        f"committed nothing. A retry of the task plans it again. Iceberg: {conflict}"
+                    ) from None
+                self.conflict_retries += 1
+                log(
+                    f"{name}: conflict with a concurrent commit, nothing of this attempt was committed "
+                    f"({conflict}). Planning again from the new table state "
+                    f"(retry {number + 1} of {retries})."
+                )
+                continue
+            for key, value in output.items():
+                totals[key] = value if key == "failed_data_files_count" else totals.get(key, 0) + value
+            failed = int(output.get("failed_data_files_count", 0))
+            if not failed:
+                return totals
+            if number == retries:
+                log(
+                    f"{name}: {failed} data files could not be rewritten (partial progress); "
+                    "left as they are."
+                )
+                return totals
+            self.conflict_retries += 1
+            log(
+                f"{name}: {failed} data files could not be rewritten (partial progress: a group failed or "
+                f"conflicted). Planning again for them (retry {number + 1} of {retries})."
+            )
+        return totals
+
+    # -- commits ---------------------------------------------------------------------------------------
+
+    def _find_commits(self, table: Any, head_before: int | None) -> list[int]:
+        """Snapshots this application committed since ``head_before``, newest first."""
+        table.refresh()
+        found = []
+        snapshot = table.currentSnapshot()
+        while snapshot is not None and (head_before is None or int(snapshot.snapshotId()) != head_before):
+            if snapshot.summary().get(SummaryKey.SPARK_APP_ID) == self.app_id and snapshot.summary().get(
+                MAINTENANCE_PROCEDURE_KEY
+            ):
+                found.append(int(snapshot.snapshotId()))
+            parent_id = snapshot.parentId()
+            snapshot = table.snapshot(int(parent_id)) if parent_id is not None else None
+        return found
+
+
+def _short(output: dict[str, Any]) -> str:
+    shown = {key: value for key, value in output.items() if key != "orphan_file_location"}
+    return ", ".join(f"{key}={value}" for key, value in shown.items())
+
+
+def _deleted_files(outputs: dict[str, dict[str, Any]]) -> int:
+    """Files that expiry or orphan removal deleted (not counting a dry run)."""
+    expired = outputs.get("expire_snapshots", {})
+    deleted = sum(value for key, value in expired.items() if key.startswith("deleted_"))
+    orphans = outputs.get("remove_orphan_files", {})
+    if orphans and not orphans.get("dry_run"):
+        deleted += int(orphans.get("orphan_file_count", 0))
+    return int(deleted)
+
+
+def run_spec(spark: SparkSession, spec: MaintenanceSpec) -> JobRecord:
+    """Run one spec on ``spark`` and return its record; errors become a FAILED record."""
+    progress = _ProgressReporter(spark)
+    progress.start()
+    try:
+        return MaintenanceJob(spark, spec).run()
+    except IcebergDmlError as error:
+        log(f"FAILED ({type(error).__name__}): {error}")
+        return JobRecord(
+            outcome=Outcome.FAILED,
+            spark_app_id=spark.sparkContext.applicationId,
+            error_type=type(error).__name__,
+            error_message=str(error),
+        )
+    except Exception as error:  # noqa: BLE001 - any other failure is reported, with its trace
+        traceback.print_exc()
+        message = _message(error).splitlines()[0] if _message(error) else repr(error)
+        causes = _java_causes(error)
+        if causes and "Cannot use options" in causes[-1][1]:
+            # Iceberg's own option check: the options are bad, not the run.
+            return JobRecord(
+                outcome=Outcome.FAILED,
+                spark_app_id=spark.sparkContext.applicationId,
+                error_type=InvalidMaintenanceOptionError.__name__,
+                error_message=causes[-1][1],
+            )
+        log(f"FAILED ({type(error).__name__}): {message}")
+        return JobRecord(
+            outcome=Outcome.FAILED,
+            spark_app_id=spark.sparkContext.applicationId,
+            error_type=SparkJobError.__name__,
+            error_message=f"{type(error).__name__}: {message}",
+        )
+    finally:
+        progress.stop()
+
+
+def main(argv: list[str]) -> int:
+    from pyspark.sql import SparkSession
+
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    if len(argv) != 1:
+        print("usage: spark-submit maintenance.py <spec.json>", file=sys.stderr)
+        return 2
+    spec = MaintenanceSpec.from_json(Path(argv[0]).read_text())
+    started = time.monotonic()
+    names = "+".join(call.procedure.value for call in spec.calls)
+    spark = SparkSession.builder.appName(f"iceberg-maintenance {names} {spec.table}").getOrCreate()
+    try:
+        record = run_spec(spark, spec)
+        _write_record(spec.result_path, record)
+    finally:
+        spark.stop()
+    log(f"Finished in {time.monotonic() - started:.1f}s: {record.outcome.value}")
+    return 0 if record.outcome is not Outcome.FAILED else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

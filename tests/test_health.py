@@ -1,0 +1,235 @@
+"""Table health: the pure assessment on hand-made manifest entries, then real tables read by pyiceberg."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from airflow_iceberg_dml.health import (
+    FileEntry,
+    FileKind,
+    HealthThresholds,
+    Retention,
+    SnapshotInfo,
+    assess,
+    expirable_snapshots,
+)
+from airflow_iceberg_dml.spec import MaintenanceProcedure
+from tests.conftest import CATALOG, create_orders_table, load, new_table_name
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+MIB = 1024 * 1024
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def data(
+    path: str, partition: str = "p=1", seq: int = 1, records: int = 1000, size: int = 64 * MIB
+) -> FileEntry:
+    return FileEntry(FileKind.DATA, path, partition, seq, records, size)
+
+
+def pos(
+    path: str, partition: str = "p=1", seq: int = 2, records: int = 10, referenced: str | None = None
+) -> FileEntry:
+    return FileEntry(FileKind.POSITION_DELETES, path, partition, seq, records, 1024, referenced)
+
+
+def eq(path: str, partition: str = "p=1", seq: int = 2) -> FileEntry:
+    return FileEntry(FileKind.EQUALITY_DELETES, path, partition, seq, 5, 1024)
+
+
+def report(entries: Sequence[FileEntry] | None, summary: dict[str, str] | None = None, **kwargs):
+    defaults = {
+        "table": "ns.t",
+        "snapshot_id": 3,
+        "summary": summary or {},
+        "entries": entries,
+        "manifests": 2,
+        "snapshots": [SnapshotInfo(3, None, int(NOW.timestamp() * 1000))],
+        "ref_heads": [3],
+        "metadata_json_bytes": 4096,
+        "retention": None,
+        "thresholds": HealthThresholds(),
+        "now": NOW,
+    }
+    return assess(**{**defaults, **kwargs})
+
+
+def test_a_table_of_large_files_without_deletes_is_healthy():
+    health = report([data(f"d{i}") for i in range(20)])
+    assert health.healthy
+    assert health.needs == ()
+    assert health.small_data_files == 0
+    assert health.partitions_needing_compaction == 0
+
+
+def test_small_files_trigger_per_partition_at_the_amoro_count():
+    eleven = [data(f"a{i}", "p=1", size=MIB) for i in range(11)]
+    spread = [data(f"b{i}", f"p={i}", size=MIB) for i in range(30)]  # 30 small files, one per partition
+    assert report(eleven).healthy
+    assert report(spread).healthy
+    health = report([*eleven, data("a11", "p=1", size=MIB)])
+    assert health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert health.small_data_files == 12
+    assert health.reasons == {
+        MaintenanceProcedure.REWRITE_DATA_FILES: (
+            "partition p=1: 12 small data files (< 16 MiB) (threshold 12)",
+        )
+    }
+    # Equality delete files count with the small files (Amoro's minor trigger).
+    with_eq = report([*eleven, eq("e1", seq=5)])
+    assert with_eq.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert "1 equality delete files" in with_eq.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES])[0]
+
+
+def test_deleted_ratio_counts_only_deletes_that_apply_to_live_data():
+    files = [data("d1", records=1000), data("d2", records=1000)]
+    under = report([*files, pos("x1", records=199, referenced="d1")])
+    assert under.healthy
+    over = report([*files, pos("x1", records=200, referenced="d1")])
+    assert over.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert over.worst_partitions[0].deleted_ratio == 0.1
+    assert "10.0% of its rows deleted" in over.reasons_for(list(MaintenanceProcedure))[0]
+    # A delete file whose data file was rewritten away (or an older sequence number) is dangling.
+    dangling = report([*files, pos("x1", records=900, referenced="gone"), pos("x2", seq=0, records=900)])
+    assert dangling.healthy
+    assert dangling.dangling_delete_files == 2
+    assert dangling.live_delete_files == 0
+
+
+def test_sequence_numbers_decide_which_deletes_apply():
+    old, new = data("old", seq=1), data("new", seq=5)
+    health = report([old, new, pos("p-same", seq=5), eq("e-same", seq=5), eq("e-old", seq=3)])
+    by_file = health.worst_partitions or ()
+    assert health.live_delete_files == 3
+    # "new" (seq 5): the position delete of seq 5 applies, the equality deletes of seq <= 5 do not.
+    # "old" (seq 1): all three apply.
+    assert health.max_delete_files_per_data_file == 3
+    assert by_file[0].reasons == ("partition p=1: a data file with 3 delete files (threshold 2)",)
+
+
+def test_delete_file_threshold_flags_one_data_file_with_many_deletes():
+    files = [data("d1"), data("d2")]
+    one_each = [pos("x1", referenced="d1"), pos("x2", referenced="d2")]
+    assert report([*files, *one_each]).healthy
+    two_on_d1 = report([*files, *one_each, pos("x3", referenced="d1", seq=3)])
+    assert two_on_d1.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert two_on_d1.max_delete_files_per_data_file == 2
+    custom = report(
+        [*files, *one_each, pos("x3", referenced="d1", seq=3)],
+        thresholds=HealthThresholds(delete_file_threshold=3),
+    )
+    assert custom.healthy
+
+
+def test_without_manifest_entries_the_summary_ratio_decides():
+    summary = {
+        "total-data-files": "3",
+        "total-records": "1000",
+        "total-position-deletes": "150",
+        "total-delete-files": "3",
+    }
+    health = report(None, summary, manifests=None)
+    assert health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert health.small_data_files is None
+    assert health.deleted_ratio == 0.15
+    assert health.delete_files_per_data_file == 1.0
+    assert report(None, {**summary, "total-position-deletes": "50"}, manifests=None).healthy
+
+
+def test_manifests_snapshots_and_metadata_size():
+    assert report([], manifests=100).needs == (MaintenanceProcedure.REWRITE_MANIFESTS,)
+    assert report([], manifests=99).healthy
+    many = [SnapshotInfo(i, i - 1 if i else None, int(NOW.timestamp() * 1000)) for i in range(501)]
+    health = report([], snapshots=many, ref_heads=[500], snapshot_id=500, metadata_json_bytes=2 * MIB)
+    assert health.healthy  # warnings, not needs: nothing is old enough to expire without a retention
+    assert [w.split(" ")[0] for w in health.warnings] == ["501", "metadata.json"]
+
+
+def test_expirable_snapshots_keep_ref_heads_and_the_last_n():
+    day = 24 * 3600 * 1000
+    t0 = int(NOW.timestamp() * 1000) - 10 * day
+    chain = [SnapshotInfo(i, i - 1 if i > 1 else None, t0 + i * day) for i in range(1, 8)]  # days -9 .. -3
+    tagged = SnapshotInfo(100, 2, t0)  # head of a tag or branch off snapshot 2
+    snapshots = [*chain, tagged]
+    cutoff = int((NOW - timedelta(days=5)).timestamp() * 1000)  # snapshots 1..4 are older
+    assert expirable_snapshots(snapshots, 7, [7, 100], Retention(cutoff, 1)) == [1, 2, 3, 4]
+    assert expirable_snapshots(snapshots, 7, [7, 100], Retention(cutoff, 5)) == [1, 2]
+    health = report(
+        [], snapshots=snapshots, snapshot_id=7, ref_heads=[7, 100], retention=Retention(cutoff, 1)
+    )
+    assert health.needs == (MaintenanceProcedure.EXPIRE_SNAPSHOTS,)
+    assert health.expirable_snapshots == 4
+    nothing_old = Retention(t0 - day, 1)
+    assert report([], snapshots=snapshots, snapshot_id=7, ref_heads=[7], retention=nothing_old).healthy
+
+
+def test_thresholds_from_a_mapping_and_the_report_is_json():
+    assert HealthThresholds.from_value({"min_small_files": 3}).min_small_files == 3
+    with pytest.raises(ValueError, match="unknown key"):
+        HealthThresholds.from_value({"min_smal_files": 3})
+    payload = report([data("d1", size=MIB)]).to_dict()
+    assert json.loads(json.dumps(payload))["healthy"] is True
+    assert payload["thresholds"]["small_file_bytes"] == 16 * MIB
+
+
+# -- real tables, read back by pyiceberg (no Spark in the health check itself) -------------------------
+
+
+def test_health_of_a_table_after_merge_on_read_deletes(spark, catalog_hook):
+    name = create_orders_table(
+        spark, new_table_name("health"), rows=3000, properties={"write.delete.mode": "merge-on-read"}
+    )
+    fresh = catalog_hook.health(name)
+    assert fresh.healthy
+    assert fresh.data_files == fresh.small_data_files == 3
+    assert fresh.delete_files == fresh.position_deletes == 0
+    assert fresh.snapshot_count == 1
+    assert (fresh.metadata_json_bytes or 0) > 1000
+
+    for i in range(4):
+        spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id % 40 = {i}")
+    table = load(catalog_hook, name)
+    health = catalog_hook.health(table)
+    summary = table.current_snapshot().summary.additional_properties
+    assert health.snapshot_id == table.current_snapshot().snapshot_id
+    assert health.position_deletes == int(summary["total-position-deletes"]) == 300
+    assert health.delete_files == int(summary["total-delete-files"])
+    assert health.deleted_ratio == 0.1
+    assert health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert health.partitions == health.partitions_needing_compaction == 3
+    assert health.live_delete_files == health.delete_files
+    assert health.snapshot_count == 5
+    assert health.expirable_snapshots == 0  # the table's own retention: 5 days
+
+    # Metadata.json only: same totals, no per-partition view, same verdict from the summary ratio.
+    quick = catalog_hook.health(name, read_manifests=False)
+    assert quick.small_data_files is None
+    assert quick.needs == health.needs
+    # With a retention of "everything older than now", all but the head are expirable.
+    now_ms = int(time.time() * 1000) + 1
+    assert catalog_hook.health(table, retention=Retention(now_ms, 1)).expirable_snapshots == 4
+
+
+def test_health_check_reads_no_data_file(spark, catalog_hook, tmp_path):
+    """Move every data file away: the health check still works, since it reads only metadata."""
+    name = create_orders_table(spark, new_table_name("health_meta"), rows=300)
+    table = load(catalog_hook, name)
+    data_files = [Path(task.file.file_path.removeprefix("file:")) for task in table.scan().plan_files()]
+    for path in data_files:
+        shutil.move(path, tmp_path / path.name)
+    try:
+        health = catalog_hook.health(name)
+        assert health.data_files == health.small_data_files == 3
+        assert health.healthy
+    finally:
+        for path in data_files:
+            shutil.move(tmp_path / path.name, path)

@@ -1,0 +1,428 @@
+"""Maintenance procedures: pure builders and checks, the spec, expiry and orphan removal on real tables."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_dml.exceptions import (
+    InvalidMaintenanceOptionError,
+    TableNotFoundError,
+    UnknownColumnError,
+    UnsafeRetentionError,
+    error_from_record,
+)
+from airflow_iceberg_dml.jobs import procedures
+from airflow_iceberg_dml.jobs.maintenance import run_spec
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
+from airflow_iceberg_dml.operators.maintenance import (
+    IcebergExpireSnapshotsOperator,
+    IcebergRemoveOrphanFilesOperator,
+)
+from airflow_iceberg_dml.spec import (
+    CompactionStrategy,
+    ExpireSnapshotsCall,
+    MaintenanceProcedure,
+    MaintenanceSpec,
+    Outcome,
+    RemoveOrphanFilesCall,
+    RewriteDataFilesCall,
+    RewriteManifestsCall,
+    RewritePositionDeleteFilesCall,
+)
+from tests.conftest import CATALOG, create_orders_table, load, new_table_name
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+DAY_MS = 24 * 3600 * 1000
+REWRITE = MaintenanceProcedure.REWRITE_DATA_FILES
+
+
+# -- options -------------------------------------------------------------------------------------------
+
+
+def test_options_are_normalized_to_iceberg_strings():
+    options = procedures.normalize_options(
+        REWRITE,
+        {
+            "partial-progress.enabled": True,
+            "delete-file-threshold": 2,
+            "delete-ratio-threshold": 0.1,
+            "target-file-size-bytes": "134217728",
+            "rewrite-job-order": "bytes-desc",
+        },
+    )
+    assert options == {
+        "partial-progress.enabled": "true",
+        "delete-file-threshold": "2",
+        "delete-ratio-threshold": "0.1",
+        "target-file-size-bytes": "134217728",
+        "rewrite-job-order": "bytes-desc",
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "strategy", "zorder", "message"),
+    [
+        (
+            {"delete-file-treshold": 1},
+            None,
+            False,
+            r"'delete-file-treshold'.*Did you mean 'delete-file-threshold'",
+        ),
+        ({"min-input-files": 0}, None, False, r"'min-input-files' must be a positive integer, not 0"),
+        ({"min-input-files": "five"}, None, False, r"'min-input-files' must be a positive integer"),
+        (
+            {"delete-ratio-threshold": 1.5},
+            None,
+            False,
+            r"'delete-ratio-threshold' must be a number in \(0, 1\]",
+        ),
+        (
+            {"partial-progress.enabled": "yes"},
+            None,
+            False,
+            r"'partial-progress.enabled' must be true or false",
+        ),
+        ({"rewrite-job-order": "random"}, None, False, r"'rewrite-job-order' must be one of none"),
+        ({"shuffle-partitions-per-file": 2}, CompactionStrategy.BINPACK, False, r"only to strategy 'sort'"),
+        ({"var-length-contribution": 8}, CompactionStrategy.SORT, False, r"only to a z-order sort"),
+        ({"min-file-size-bytes": 10, "max-file-size-bytes": 10}, None, False, r"must be below"),
+    ],
+)
+def test_bad_options_name_the_option(options, strategy, zorder, message):
+    with pytest.raises(InvalidMaintenanceOptionError, match=message):
+        procedures.normalize_options(REWRITE, options, strategy=strategy, zorder=zorder)
+
+
+def test_strategy_specific_and_procedure_specific_options():
+    sort = procedures.normalize_options(
+        REWRITE, {"shuffle-partitions-per-file": 4}, strategy=CompactionStrategy.SORT
+    )
+    assert sort == {"shuffle-partitions-per-file": "4"}
+    zorder = procedures.normalize_options(
+        REWRITE, {"var-length-contribution": 8}, strategy=CompactionStrategy.SORT, zorder=True
+    )
+    assert zorder == {"var-length-contribution": "8"}
+    with pytest.raises(InvalidMaintenanceOptionError, match="'delete-file-threshold' is not an option"):
+        procedures.normalize_options(
+            MaintenanceProcedure.REWRITE_POSITION_DELETE_FILES, {"delete-file-threshold": 1}
+        )
+    with pytest.raises(InvalidMaintenanceOptionError, match="rewrite_manifests takes no options"):
+        procedures.normalize_options(MaintenanceProcedure.REWRITE_MANIFESTS, {"x": 1})
+
+
+# -- sort orders -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "zorder", "fields", "rendered"),
+    [
+        ("zorder(a, b)", ("a", "b"), (), "zorder(`a`, `b`)"),
+        ("ZORDER(`odd col`,c.d)", ("odd col", "c.d"), (), "zorder(`odd col`, `c.d`)"),
+        ("a", (), (("a", False, None),), "`a` ASC"),
+        (
+            "a DESC NULLS LAST, b asc nulls first",
+            (),
+            (("a", True, False), ("b", False, True)),
+            "`a` DESC NULLS LAST, `b` ASC NULLS FIRST",
+        ),
+    ],
+)
+def test_sort_orders_parse_and_render(text, zorder, fields, rendered):
+    order = procedures.parse_sort_order(text)
+    assert order.zorder == zorder
+    assert tuple((f.column, f.descending, f.nulls_first) for f in order.fields) == fields
+    assert order.render() == rendered
+    assert procedures.parse_sort_order(order.render()) == order
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "non-empty"),
+        ("zorder()", "at least one column"),
+        ("zorder(a b)", "separated by commas"),
+        ("zorder(a", "not closed"),
+        ("bucket(4, id)", "only column names and zorder"),
+        ("a SIDEWAYS", "unexpected 'SIDEWAYS'"),
+        ("a,", "column name is missing"),
+        ("a; DROP TABLE x", "unexpected"),
+    ],
+)
+def test_bad_sort_orders(text, message):
+    with pytest.raises(InvalidMaintenanceOptionError, match=message):
+        procedures.parse_sort_order(text)
+
+
+# -- older_than and the safety floor ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (timedelta(days=4), NOW - timedelta(days=4)),
+        ("7d", NOW - timedelta(days=7)),
+        ("36h", NOW - timedelta(hours=36)),
+        ("2026-11-01", datetime(2026, 11, 1, tzinfo=UTC)),
+        ("2026-11-01T06:00:00+02:00", datetime(2026, 11, 1, 4, tzinfo=UTC)),
+        (datetime(2026, 11, 1, 6), datetime(2026, 11, 1, 6, tzinfo=UTC)),
+        (date(2026, 11, 1), datetime(2026, 11, 1, tzinfo=UTC)),
+    ],
+)
+def test_older_than_forms(value, expected):
+    assert procedures.resolve_older_than(value, NOW) == expected
+
+
+def test_older_than_rejects_what_it_cannot_read_and_what_is_too_recent():
+    with pytest.raises(InvalidMaintenanceOptionError, match="older_than=3"):
+        procedures.resolve_older_than(3, NOW)
+    with pytest.raises(InvalidMaintenanceOptionError, match="'last week'"):
+        procedures.resolve_older_than("last week", NOW)
+    floor = procedures.SAFETY_FLOOR
+    procedures.check_age(NOW - timedelta(days=3), NOW, floor, what="x")
+    with pytest.raises(UnsafeRetentionError, match=r"less than 3 days ago.*override_safety_floor=True"):
+        procedures.check_age(NOW - timedelta(days=2), NOW, floor, what="x", override="override_safety_floor")
+
+
+# -- calls and the spec --------------------------------------------------------------------------------------
+
+
+def test_call_statements():
+    data = RewriteDataFilesCall(
+        strategy=CompactionStrategy.SORT,
+        sort_order="zorder(a, b)",
+        where="day = '2026-11-20' AND note = 'it''s'",
+        options={"delete-file-threshold": "2"},
+    )
+    assert procedures.call_statement("cat", "db.orders", data) == (
+        "CALL `cat`.system.rewrite_data_files(\n"
+        "  table => '`db`.`orders`',\n"
+        "  strategy => 'sort',\n"
+        "  sort_order => 'zorder(`a`, `b`)',\n"
+        "  where => 'day = \\'2026-11-20\\' AND note = \\'it\\'\\'s\\'',\n"
+        "  options => map('delete-file-threshold', '2')\n"
+        ")"
+    )
+    expire = ExpireSnapshotsCall(older_than_ms=1_763_726_400_000, retain_last=3, clean_expired_metadata=True)
+    assert procedures.call_statement("cat", "db.orders", expire) == (
+        "CALL `cat`.system.expire_snapshots(\n"
+        "  table => '`db`.`orders`',\n"
+        "  older_than => TIMESTAMP '2025-11-21 12:00:00.000+00:00',\n"
+        "  retain_last => 3,\n"
+        "  clean_expired_metadata => TRUE\n"
+        ")"
+    )
+    orphans = RemoveOrphanFilesCall(older_than_ms=1_763_726_400_000, dry_run=True)
+    assert "dry_run => TRUE" in procedures.call_statement("cat", "db.orders", orphans)
+    manifests = procedures.call_statement("cat", "db.orders", RewriteManifestsCall(use_caching=False))
+    assert manifests.endswith("use_caching => FALSE\n)")
+
+
+def test_validate_call_checks_everything_without_the_table():
+    procedures.validate_call(RewriteDataFilesCall(options={"min-input-files": "2"}))
+    with pytest.raises(InvalidMaintenanceOptionError, match="needs strategy='sort'"):
+        procedures.validate_call(RewriteDataFilesCall(sort_order="a"))
+    with pytest.raises(InvalidMaintenanceOptionError, match="where must be a non-empty"):
+        procedures.validate_call(RewritePositionDeleteFilesCall(where="  "))
+    recent = int(NOW.timestamp() * 1000) - DAY_MS
+    with pytest.raises(UnsafeRetentionError, match="expire_snapshots"):
+        procedures.validate_call(ExpireSnapshotsCall(older_than_ms=recent), NOW)
+    procedures.validate_call(ExpireSnapshotsCall(older_than_ms=recent, min_age_ms=0), NOW)
+    with pytest.raises(InvalidMaintenanceOptionError, match="retain_last must be an integer >= 1"):
+        procedures.validate_call(ExpireSnapshotsCall(older_than_ms=recent, retain_last=0, min_age_ms=0), NOW)
+    with pytest.raises(UnsafeRetentionError, match="remove_orphan_files"):
+        procedures.validate_call(RemoveOrphanFilesCall(older_than_ms=recent), NOW)
+
+
+def test_spec_json_round_trip_and_errors_by_name():
+    spec = MaintenanceSpec(
+        catalog="cat",
+        table="db.orders",
+        calls=(
+            RewriteDataFilesCall(
+                strategy=CompactionStrategy.SORT, sort_order="a DESC", options={"rewrite-all": "true"}
+            ),
+            RewritePositionDeleteFilesCall(where="p = 1"),
+            RewriteManifestsCall(),
+            ExpireSnapshotsCall(older_than_ms=1, retain_last=2),
+            RemoveOrphanFilesCall(older_than_ms=2, dry_run=True),
+        ),
+        snapshot_properties={"k": "v"},
+        conflict_retries=1,
+    )
+    assert MaintenanceSpec.from_json(spec.to_json()) == spec
+    assert MaintenanceSpec.application == "maintenance.py"
+    assert isinstance(error_from_record("UnsafeRetentionError", "m"), UnsafeRetentionError)
+    assert isinstance(error_from_record("InvalidMaintenanceOptionError", "m"), InvalidMaintenanceOptionError)
+
+
+# -- operators fail early, before any Spark application, without retries -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("operator", "fields", "error", "message"),
+    [
+        (
+            IcebergCompactionOperator,
+            {"options": {"min-input-file": 2}},
+            InvalidMaintenanceOptionError,
+            "'min-input-file' is not an option",
+        ),
+        (
+            IcebergCompactionOperator,
+            {"strategy": "zorder"},
+            InvalidMaintenanceOptionError,
+            "strategy='zorder' is not one of",
+        ),
+        (
+            IcebergCompactionOperator,
+            {"min_input_files": 2, "options": {"min-input-files": 3}},
+            InvalidMaintenanceOptionError,
+            "given twice",
+        ),
+        (
+            IcebergCompactionOperator,
+            {"strategy": "sort"},
+            InvalidMaintenanceOptionError,
+            "needs a sort order",
+        ),
+        (
+            IcebergCompactionOperator,
+            {"strategy": "sort", "sort_order": "zorder(order_id, nope)"},
+            UnknownColumnError,
+            r"\['nope'\] not in",
+        ),
+        (IcebergExpireSnapshotsOperator, {"older_than": "2d"}, UnsafeRetentionError, "less than 3 days ago"),
+        (IcebergExpireSnapshotsOperator, {"retain_last": 0}, ValueError, "retain_last=0 must be >= 1"),
+        (
+            IcebergRemoveOrphanFilesOperator,
+            {"older_than": "12h", "override_safety_floor": True},
+            UnsafeRetentionError,
+            "less than 24 hours ago",
+        ),
+        (
+            IcebergRemoveOrphanFilesOperator,
+            {"older_than": timedelta(days=2)},
+            UnsafeRetentionError,
+            "less than 3 days ago",
+        ),
+        (
+            IcebergRemoveOrphanFilesOperator,
+            {"table": "tests.no_such_table"},
+            TableNotFoundError,
+            "no_such_table",
+        ),
+    ],
+)
+def test_bad_input_fails_the_task_before_spark(spark, catalog_hook, operator, fields, error, message):
+    name = create_orders_table(spark, new_table_name("maint_early"), rows=30)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    with pytest.raises(AirflowFailException, match=message) as raised:
+        operator(task_id="bad", **{"table": name, **fields}).execute({})  # before the task context is read
+    assert isinstance(raised.value.__cause__, error)
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def test_malformed_table_name_is_rejected_when_the_dag_is_parsed():
+    with pytest.raises(ValueError, match=r"must be 'namespace\.table'"):
+        IcebergExpireSnapshotsOperator(task_id="e", table="orders")
+    templated = IcebergCompactionOperator(task_id="c", table="{{ params.table }}")
+    assert {"table", "where", "sort_order", "options", "snapshot_properties"} <= set(
+        templated.template_fields
+    )
+
+
+# -- expiry and orphan removal on real tables (in-process, the shared SparkSession) -------------------------
+
+
+def _referenced_files(spark, name: str) -> set[str]:
+    rows = spark.sql(f"SELECT file_path FROM {CATALOG}.{name}.all_files").collect()
+    return {row.file_path.removeprefix("file:") for row in rows}
+
+
+def test_expiry_removes_old_snapshots_and_only_files_no_kept_snapshot_needs(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("expire"), rows=600)
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} SET TBLPROPERTIES ('write.delete.mode' = 'copy-on-write')")
+    for i in range(4):  # copy-on-write: each delete replaces data files, so old snapshots own files
+        spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id % 10 = {i}")
+    before = load(catalog_hook, name)
+    rows_before = before.scan().to_arrow().sort_by("order_id")
+    snapshots_before = [s.snapshot_id for s in before.metadata.snapshots]
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} CREATE TAG first AS OF VERSION {snapshots_before[0]}")
+    files_before = _referenced_files(spark, name)
+    cutoff = int(time.time() * 1000) + 1
+    spec = MaintenanceSpec(
+        catalog=CATALOG,
+        table=name,
+        calls=(ExpireSnapshotsCall(older_than_ms=cutoff, retain_last=2, min_age_ms=0),),
+    )
+
+    record = run_spec(spark, spec)
+
+    after = load(catalog_hook, name)
+    kept = [s.snapshot_id for s in after.metadata.snapshots]
+    assert record.outcome is Outcome.COMMITTED, record.error_message
+    # Kept: the last two of main and the tagged first snapshot; expired: the two in between.
+    assert kept == [snapshots_before[0], *snapshots_before[-2:]]
+    output = record.details["outputs"]["expire_snapshots"]
+    assert output["deleted_manifest_lists_count"] == 2
+    assert output["deleted_data_files_count"] > 0
+    files_after = _referenced_files(spark, name)
+    assert files_after < files_before
+    # Every file a kept snapshot references still exists; every removed one is gone from disk.
+    assert all(Path(path).exists() for path in files_after)
+    gone = files_before - files_after
+    assert len(gone) == output["deleted_data_files_count"]
+    assert not any(Path(path).exists() for path in gone)
+    assert after.scan().to_arrow().sort_by("order_id").equals(rows_before)
+    tagged = spark.sql(f"SELECT count(*) AS n FROM {CATALOG}.{name} VERSION AS OF 'first'").collect()[0].n
+    assert tagged == 600
+
+
+def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("orphans"), rows=300)
+    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 20")
+    table = load(catalog_hook, name)
+    location = Path(table.location().removeprefix("file:"))
+    referenced = _referenced_files(spark, name)
+    five_days_ago = time.time() - 5 * 24 * 3600
+    for path in referenced:  # old enough to be removed, were they orphans
+        os.utime(path, (five_days_ago, five_days_ago))
+    old_orphan = location / "data" / "status=O" / "left-by-a-failed-write.parquet"
+    old_orphan.write_bytes(b"PAR1")
+    os.utime(old_orphan, (five_days_ago, five_days_ago))
+    young_orphan = location / "data" / "status=O" / "write-in-progress.parquet"
+    young_orphan.write_bytes(b"PAR1")
+    three_days_ago_ms = int((time.time() - 3 * 24 * 3600) * 1000)
+
+    def remove(dry_run: bool) -> Any:
+        call = RemoveOrphanFilesCall(older_than_ms=three_days_ago_ms, dry_run=dry_run)
+        return run_spec(spark, MaintenanceSpec(catalog=CATALOG, table=name, calls=(call,)))
+
+    listed = remove(dry_run=True)
+    assert listed.outcome is Outcome.NOOP, listed.error_message
+    output = listed.details["outputs"]["remove_orphan_files"]
+    assert output["orphan_file_location"] == [f"file:{old_orphan}"]
+    assert old_orphan.exists()
+
+    removed = remove(dry_run=False)
+    assert removed.outcome is Outcome.COMMITTED
+    assert removed.details["outputs"]["remove_orphan_files"]["orphan_file_count"] == 1
+    assert not old_orphan.exists()
+    assert young_orphan.exists()
+    assert all(Path(path).exists() for path in referenced)
+    assert spark.sql(f"SELECT count(*) AS n FROM {CATALOG}.{name}").collect()[0].n == 281
+
+
+def test_dag_imports_and_wires_the_table_care_tasks():
+    from dags.iceberg_table_care import dag
+
+    assert set(dag.task_ids) == {"health_check", "compact", "expire_snapshots", "remove_orphan_files"}
+    assert dag.get_task("expire_snapshots").upstream_task_ids == {"health_check", "compact"}
+    assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
