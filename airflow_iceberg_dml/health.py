@@ -82,6 +82,12 @@ class HealthThresholds:
     delete_file_threshold: int = 2
     """Compact when one data file has this many delete files applying to it (Amoro combines position
     deletes at two); also the ``delete-file-threshold`` passed to ``rewrite_data_files``."""
+    max_files_with_deletes_ratio: float | None = None
+    """Opt-in: compact a partition when this fraction of its data files carry a delete file, however
+    few rows they delete. Each such file costs every scan one more file to open, which weighs on
+    small files (see docs/benchmarks.md, "Compaction payoff"). When set, the compaction folds every
+    delete file (``delete-file-threshold`` 1). Off by default, as in Amoro: it rewrites whole files
+    for a handful of deleted rows."""
     max_manifests: int = 100
     """Rewrite manifests when the head snapshot has this many (Iceberg's
     ``commit.manifest.min-count-to-merge``)."""
@@ -131,6 +137,7 @@ class PartitionHealth:
     position_deletes: int
     equality_delete_files: int
     max_delete_files_per_data_file: int
+    data_files_with_deletes: int
     deleted_ratio: float
     reasons: tuple[str, ...] = ()
 
@@ -159,6 +166,7 @@ class HealthReport:
     dangling_delete_files: int | None
     """Delete files that apply to no live data file any more (left behind by rewrites)."""
     max_delete_files_per_data_file: int | None
+    data_files_with_deletes: int | None
     manifests: int | None
     partitions: int | None
     partitions_needing_compaction: int | None
@@ -237,6 +245,7 @@ def _partitions(entries: Sequence[FileEntry], thresholds: HealthThresholds) -> l
     for partition in sorted(set(data_by_partition) | set(scoped)):
         data = data_by_partition.get(partition, [])
         most = 0
+        with_deletes = 0
         partition_live: dict[str, FileEntry] = {}
         for data_file in data:
             applying = [
@@ -251,6 +260,7 @@ def _partitions(entries: Sequence[FileEntry], thresholds: HealthThresholds) -> l
                 )
             ]
             most = max(most, len(applying))
+            with_deletes += 1 if applying else 0
             partition_live.update((delete.path, delete) for delete in applying)
         live.update(partition_live)
         records = sum(entry.records for entry in data)
@@ -269,6 +279,11 @@ def _partitions(entries: Sequence[FileEntry], thresholds: HealthThresholds) -> l
             )
         if records and ratio >= thresholds.max_deleted_ratio:
             reasons.append(f"{ratio:.1%} of its rows deleted (threshold {thresholds.max_deleted_ratio:.0%})")
+        share = thresholds.max_files_with_deletes_ratio
+        if share is not None and data and with_deletes / len(data) >= share:
+            reasons.append(
+                f"{with_deletes} of its {len(data)} data files carry delete files (threshold {share:.0%})"
+            )
         if most >= thresholds.delete_file_threshold:
             reasons.append(
                 f"a data file with {most} delete files (threshold {thresholds.delete_file_threshold})"
@@ -283,6 +298,7 @@ def _partitions(entries: Sequence[FileEntry], thresholds: HealthThresholds) -> l
                 position_deletes=position_deletes,
                 equality_delete_files=equality,
                 max_delete_files_per_data_file=most,
+                data_files_with_deletes=with_deletes,
                 deleted_ratio=ratio,
                 reasons=tuple(f"partition {partition}: {reason}" for reason in reasons),
             )
@@ -334,13 +350,14 @@ def assess(
     warnings: list[str] = []
 
     partitions = _partitions(entries, thresholds) if entries is not None else None
-    small = live = dangling = most = None
+    small = live = dangling = most = with_deletes = None
     flagged: list[PartitionHealth] = []
     if partitions is not None and entries is not None:
         small = sum(partition.small_data_files for partition in partitions)
         live = sum(partition.delete_files for partition in partitions)
         dangling = sum(1 for entry in entries if entry.kind is not FileKind.DATA) - live
         most = max((partition.max_delete_files_per_data_file for partition in partitions), default=0)
+        with_deletes = sum(partition.data_files_with_deletes for partition in partitions)
         flagged = [partition for partition in partitions if partition.reasons]
         if flagged:
             found = [reason for partition in flagged[:5] for reason in partition.reasons]
@@ -393,6 +410,7 @@ def assess(
         live_delete_files=live,
         dangling_delete_files=dangling,
         max_delete_files_per_data_file=most,
+        data_files_with_deletes=with_deletes,
         manifests=manifests,
         partitions=len(partitions) if partitions is not None else None,
         partitions_needing_compaction=len(flagged) if partitions is not None else None,

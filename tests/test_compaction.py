@@ -229,6 +229,14 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     assert calls[0].options["delete-file-threshold"] == "1"  # forced: fold every delete file
     strict = catalog_hook.health(name, HealthThresholds(max_deleted_ratio=0.005))
     assert strict.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    every_delete_counts = HealthThresholds(max_files_with_deletes_ratio=0.5)
+    careful_health = catalog_hook.health(name, every_delete_counts)
+    assert careful_health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    careful = IcebergCompactionOperator(task_id="compact", table=name, health_thresholds=every_delete_counts)
+    options = careful.procedure_calls(load(catalog_hook, name), careful_health, datetime.now(tz=UTC))[
+        0
+    ].options
+    assert options["delete-file-threshold"] == "1"
 
 
 # -- compaction racing a DELETE -------------------------------------------------------------------------

@@ -130,6 +130,20 @@ def test_delete_file_threshold_flags_one_data_file_with_many_deletes():
     assert custom.healthy
 
 
+def test_the_opt_in_share_of_data_files_carrying_deletes():
+    files = [data(f"d{i}") for i in range(4)]
+    deletes = [pos(f"x{i}", records=1, referenced=f"d{i}") for i in range(2)]  # 2 of 4 files, 2 rows
+    assert report([*files, *deletes]).healthy  # off by default
+    assert report([*files, *deletes]).data_files_with_deletes == 2
+    half = HealthThresholds(max_files_with_deletes_ratio=0.5)
+    flagged = report([*files, *deletes], thresholds=half)
+    assert flagged.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert flagged.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
+        "partition p=1: 2 of its 4 data files carry delete files (threshold 50%)"
+    ]
+    assert report([*files, deletes[0]], thresholds=half).healthy
+
+
 def test_without_manifest_entries_the_summary_ratio_decides():
     summary = {
         "total-data-files": "3",

@@ -75,8 +75,9 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
     :param target_file_size_bytes: Size of the files written (default: the table's
         ``write.target-file-size-bytes``).
     :param delete_file_threshold: Rewrite a data file that this many delete files apply to
-        (default: ``health_thresholds.delete_file_threshold``, 2; with ``force=True``, 1: every data
-        file that carries a delete is rewritten).
+        (default: ``health_thresholds.delete_file_threshold``, 2; 1 with ``force=True`` or when
+        ``health_thresholds.max_files_with_deletes_ratio`` is set: every data file that carries a
+        delete is rewritten).
     :param delete_ratio_threshold: Rewrite a data file whose deleted rows reach this fraction of its
         rows (default: ``health_thresholds.max_deleted_ratio``, 0.1).
     :param partial_progress: Commit file groups as they finish (``partial-progress.enabled``): a
@@ -198,8 +199,10 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
                     f"{name!r} is given twice, as a parameter ({value!r}) and in options ({options[name]!r})."
                 )
             options[name] = value
-        # Rewrite what the health check flags, unless told otherwise; forced, fold every delete file.
-        options.setdefault("delete-file-threshold", 1 if self.force else thresholds.delete_file_threshold)
+        # Rewrite what the health check flags, unless told otherwise. Forced, or when any delete file
+        # counts (max_files_with_deletes_ratio), fold every delete file.
+        fold_all = self.force or thresholds.max_files_with_deletes_ratio is not None
+        options.setdefault("delete-file-threshold", 1 if fold_all else thresholds.delete_file_threshold)
         options.setdefault("delete-ratio-threshold", thresholds.max_deleted_ratio)
         return options
 
