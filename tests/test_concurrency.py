@@ -175,6 +175,7 @@ def test_concurrent_delete_update_and_compaction_equal_the_sequential_result(spa
         arrow = catalog.load_table(name).scan().to_arrow()
         actual = dict(zip(arrow["order_id"].to_pylist(), arrow["amount"].to_pylist(), strict=True))
         assert actual == _expected(round_number), f"round {round_number}: {outcomes}"
+        spark.sql(f"REFRESH TABLE {CONN_ID}.{name}")  # the session caches tables it has loaded
         spark_rows = spark.sql(f"SELECT count(*), sum(amount) FROM {CONN_ID}.{name}").collect()[0]
         assert spark_rows[0] == len(actual)
         assert spark_rows[1] == pytest.approx(sum(actual.values()))

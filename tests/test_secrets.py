@@ -118,4 +118,5 @@ def test_catalog_secrets_stay_out_of_argv_logs_templates_xcom_and_files(
             except OSError:
                 continue
     assert leftovers == []
-    assert not list(Path(tempfile.gettempdir()).glob("iceberg-dml-*/spark.properties"))
+    job_files = Path(tempfile.gettempdir()).glob("iceberg-dml-*/spark.properties")
+    assert not [path for path in job_files if path.stat().st_mtime >= started]

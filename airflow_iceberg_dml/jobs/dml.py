@@ -156,6 +156,7 @@ class DmlJob:
         kind = spec.kind.value.upper()
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
         iceberg_table = self._load_table()
+        self._head_snapshot_id(iceberg_table)  # a missing branch is named before anything else
         self._validate()
         attempts = spec.conflict_retries + 1
         for attempt in range(1, attempts + 1):
@@ -492,9 +493,12 @@ class DmlJob:
         try:
             value = self.spark.sql(sql.constant_predicate_query(self.where)).collect()[0][0]
         except AnalysisException as error:
-            if _condition(error).startswith("UNRESOLVED_COLUMN"):
-                return Plan.ROW_LEVEL
-            raise InvalidPredicateError(f"where={self.spec.where!r}: {_message(error)}") from None
+            if not _condition(error).startswith("UNRESOLVED_COLUMN"):
+                raise InvalidPredicateError(f"where={self.spec.where!r}: {_message(error)}") from None
+            # Needs columns: row-level, unless the optimizer proves it matches nothing (`c = NULL`).
+            probe = self._analyse(sql.probe_query(self.target, self.where))
+            optimized = str(probe._jdf.queryExecution().optimizedPlan().toString())
+            return Plan.NOOP if optimized.lstrip().startswith("LocalRelation <empty>") else Plan.ROW_LEVEL
         if value is True:
             return Plan.TRUNCATE if self.spec.kind is JobKind.DELETE else Plan.REWRITE
         return Plan.NOOP  # constant false or NULL: matches no row
