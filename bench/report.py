@@ -150,14 +150,19 @@ def changes_block(tpch: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     )
 
 
+def _trials(repeats: int) -> str:
+    return "one trial" if repeats == 1 else f"the median of {repeats} trials"
+
+
 def tpch_setup_block(tpch: dict[str, Any]) -> str:
     rows, files = tpch["rows"], tpch["data_files"]
     before = tpch["reads_against_deletes"]["points"][0]
+    trials = _trials(tpch["repeats"])
     return (
         f"TPC-H scale factor {tpch['scale_factor']:g}: `lineitem` {rows['lineitem']:,} rows in "
         f"{files['lineitem']} data files (partitioned by ship month), `orders` {rows['orders']:,} rows in "
-        f"{files['orders']} data files (by order month); format v2. Each figure is the median of "
-        f"{tpch['repeats']} trials per way, the ways interleaved (after one warm-up trial each); after each "
+        f"{files['orders']} data files (by order month); format v2. Each figure is {trials} per way, "
+        f"the ways interleaved (after one warm-up trial each); after each "
         f"trial's change each query runs once. Before any change (median of {tpch['read_runs']} runs): "
         f"full scan {format_seconds(before['full_scan_seconds'])}, Q6 "
         f"{format_seconds(before['selective_seconds'])}. This run took "
@@ -233,26 +238,47 @@ def driver_memory_block(memory: dict[str, Any]) -> str:
     )
 
 
+def _ratios_to_ours(cases: list[dict[str, Any]]) -> str:
+    """Per other method, the range of its median time over ours across ``cases``."""
+    others = [method for method in cases[0]["methods"] if method != OURS]
+    ranges = []
+    for method in others:
+        ratios = [
+            ratio(case["methods"][method]["seconds"]["median"], case["methods"][OURS]["seconds"]["median"])
+            for case in cases
+        ]
+        ranges.append(f"{method} {format_ratio(min(ratios))} to {format_ratio(max(ratios))}")
+    return ", ".join(ranges)
+
+
+def _tpch_lines(tpch: dict[str, Any], scope: str) -> list[str]:
+    cases = [*tpch["delete"], tpch["rf2"]]
+    labels = ", ".join(case["case"] for case in cases)
+    return [
+        f"- DELETE ({labels}), {scope}: {_ratios_to_ours(cases)} the time of ours (merge-on-read).",
+        f"- UPDATE ({', '.join(case['case'] for case in tpch['update'])}), {scope}: "
+        f"{_ratios_to_ours(tpch['update'])} the time of ours.",
+    ]
+
+
 def summary_block(
-    overhead: dict[str, Any] | None, tpch: dict[str, Any] | None, memory: dict[str, Any] | None
+    overhead: dict[str, Any] | None,
+    tpch: dict[str, Any] | None,
+    sf1: dict[str, Any] | None,
+    memory: dict[str, Any] | None,
 ) -> str:
     lines = []
     if overhead:
         lines.append(
             f"- Operator end to end against a bare spark-submit of the same DELETE: "
-            f"**{format_percent(overhead['overhead'])}** overhead "
+            f"**{format_percent(overhead['overhead'])}** overhead, medians of {overhead['runs']} runs each "
             f"(goal: at most {format_percent(overhead['goal'])})."
         )
     if tpch:
-        for case in tpch["delete"]:
-            methods = case["methods"]
-            ours = methods[OURS]["seconds"]["median"]
-            others = ", ".join(
-                f"{m} {format_ratio(ratio(t['seconds']['median'], ours))}"
-                for m, t in methods.items()
-                if m != OURS
-            )
-            lines.append(f"- DELETE {case['case']}: ours {format_seconds(ours)}; {others} the time of ours.")
+        lines += _tpch_lines(tpch, f"TPC-H SF {tpch['scale_factor']:g}, {_trials(tpch['repeats'])}")
+    if sf1:
+        lines += _tpch_lines(sf1, f"TPC-H SF {sf1['scale_factor']:g}, {_trials(sf1['repeats'])}")
+    if tpch:
         series = tpch["reads_against_deletes"]
         first, last = series["points"][0], series["points"][-1]
         none = first["full_scan_seconds"]
@@ -286,7 +312,8 @@ def update_docs() -> None:
     overhead, tpch, memory = read_results("overhead"), read_results("tpch"), read_results("driver_memory")
     runtimes_path = results_dir(quick=False) / "runtimes.json"
     text = DOCS.read_text()
-    blocks: dict[str, str] = {"summary": summary_block(overhead, tpch, memory)}
+    sf1 = read_results(results_name(1.0))
+    blocks: dict[str, str] = {"summary": summary_block(overhead, tpch, sf1, memory)}
     newest = max((r for r in (overhead, tpch, memory) if r), key=lambda r: str(r["created"]), default=None)
     if newest:
         blocks["machine"] = machine_block(newest)
@@ -302,7 +329,6 @@ def update_docs() -> None:
         IMAGES.mkdir(parents=True, exist_ok=True)
         plots.time_against_selectivity(tpch, DELETE_PLOT)
         plots.reads_against_deletes(tpch, READS_PLOT)
-    sf1 = read_results(results_name(1.0))
     if sf1:
         blocks["tpch-sf1"] = "\n\n".join(
             [

@@ -55,10 +55,11 @@ def catalog_hook() -> IcebergCatalogHook:
 
 
 def local_session(hook: IcebergCatalogHook, app_name: str) -> SparkSession:
-    """A ``local[*]`` SparkSession configured like a job's properties file, plus two benchmark settings.
+    """A ``local[*]`` SparkSession configured like a job's properties file, plus the benchmark's own settings.
 
     The catalog's table cache is off, so that every statement sees commits made outside this
-    session (pyiceberg, spark-submit jobs) exactly as a fresh job would; timestamps are UTC.
+    session (pyiceberg, spark-submit jobs) exactly as a fresh job would; the heap is
+    :data:`SESSION_DRIVER_MEMORY`; timestamps are UTC; the UI is off.
     """
     from pyspark.sql import SparkSession
 
