@@ -19,24 +19,24 @@ SECRET = f"s3cret-{uuid.uuid4().hex}"
 ACCESS_KEY = f"AKIA{uuid.uuid4().hex[:16].upper()}"
 
 
-def _cmdlines() -> dict[int, str]:
-    found = {}
+def _cmdlines() -> set[str]:
+    found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.add((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
             except OSError:
                 continue  # the process ended while we looked
-    return found
+    return found - {""}  # a zombie's command line reads empty
 
 
 class _ProcessWatcher(threading.Thread):
-    """Reads every process's command line every 50 ms while a job runs."""
+    """Collects every command line seen every 50 ms while a job runs (a set: an exit never hides one)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.stop = threading.Event()
-        self.seen: dict[int, str] = {}
+        self.seen: set[str] = set()
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -84,12 +84,10 @@ def test_catalog_secrets_stay_out_of_argv_logs_templates_xcom_and_files(
 
     assert task_states(dag_run) == {"delete": "success"}
     # argv: the spark-submit and driver JVMs were seen, and no command line held a secret.
-    spark_processes = [
-        line for line in watcher.seen.values() if "spark-submit" in line or "SparkSubmit" in line
-    ]
+    spark_processes = [line for line in watcher.seen if "spark-submit" in line or "SparkSubmit" in line]
     assert spark_processes, "the watcher never saw the spark-submit process"
-    assert any("--properties-file" in line for line in spark_processes)
-    assert not [line for line in watcher.seen.values() if SECRET in line or ACCESS_KEY in line]
+    assert any("--properties-file" in line for line in spark_processes), spark_processes
+    assert not [line for line in watcher.seen if SECRET in line or ACCESS_KEY in line]
     # The task log (dag.test() prints it) shows the run but not the secret.
     output = "".join(capfd.readouterr())
     assert "Committed snapshot" in output
