@@ -8,13 +8,7 @@ commits at most once, and writes a :class:`~airflow_iceberg_dml.spec.JobRecord` 
 from __future__ import annotations
 
 import hashlib
-import logging
-import os
 import sys
-import threading
-import time
-import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.exceptions import (
@@ -26,12 +20,19 @@ from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
-    SparkJobError,
     TableNotFoundError,
     UnknownColumnError,
     WriteModeConflictError,
 )
 from airflow_iceberg_dml.jobs import sql
+from airflow_iceberg_dml.jobs.runner import (
+    error_condition,
+    error_message,
+    java_class_name,
+    log,
+    run_job,
+    run_main,
+)
 from airflow_iceberg_dml.spec import (
     DmlSpec,
     IsolationLevel,
@@ -48,53 +49,9 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-#: Prefix of the lines this job prints; the Airflow hook shows these at INFO, JVM noise at DEBUG.
-LOG_PREFIX = "iceberg-dml | "
 SNAPSHOT_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
 ICEBERG_DEFAULT_WRITE_MODE = WriteMode.COPY_ON_WRITE
 _MODE_PROPERTY = {JobKind.DELETE: "write.delete.mode", JobKind.UPDATE: "write.update.mode"}
-
-
-def log(message: str) -> None:
-    print("\n".join(LOG_PREFIX + line for line in message.splitlines()), flush=True)
-
-
-class _ProgressReporter(threading.Thread):
-    """Prints the progress of active Spark stages every few seconds, only when it changed."""
-
-    def __init__(self, spark: SparkSession, interval_s: float = 5.0) -> None:
-        super().__init__(name="iceberg-dml-progress", daemon=True)
-        self._tracker = spark.sparkContext.statusTracker()
-        self._interval_s = interval_s
-        self._stopped = threading.Event()
-        self._last: dict[int, tuple[int, int]] = {}
-
-    def run(self) -> None:
-        while not self._stopped.wait(self._interval_s):
-            for stage_id in self._tracker.getActiveStageIds():
-                info = self._tracker.getStageInfo(stage_id)
-                if info is None:
-                    continue
-                state = (info.numCompletedTasks, info.numTasks)
-                if self._last.get(stage_id) != state:
-                    self._last[stage_id] = state
-                    log(f"progress: stage {stage_id} {state[0]}/{state[1]} tasks ({info.name})")
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-
-def _java_class_name(error: BaseException) -> str:
-    java_exception = getattr(error, "java_exception", None)
-    return str(java_exception.getClass().getName()) if java_exception is not None else ""
-
-
-def _message(error: BaseException) -> str:
-    """The error's own message, without the Java stack trace py4j appends."""
-    java_exception = getattr(error, "java_exception", None)
-    if java_exception is not None and not hasattr(error, "getCondition"):
-        return str(java_exception.getMessage())
-    return str(error).strip()
 
 
 _CONFLICTS = ("ValidationException", "CommitFailedException", "CommitStateUnknownException")
@@ -102,10 +59,10 @@ _CONFLICTS = ("ValidationException", "CommitFailedException", "CommitStateUnknow
 
 def _commit_conflict(error: BaseException) -> str | None:
     """The Iceberg commit conflict behind ``error`` ("<class>: <message>"), or None for other errors."""
-    text = f"{_java_class_name(error)} {error}"
+    text = f"{java_class_name(error)} {error}"
     for name in _CONFLICTS:
         if name in text:
-            first_line = next((line for line in _message(error).splitlines() if line.strip()), name)
+            first_line = next((line for line in error_message(error).splitlines() if line.strip()), name)
             return f"{name}: {first_line.strip()[:300]}"
     return None
 
@@ -118,11 +75,6 @@ def _one_line(statement: str) -> str:
 def _json_value(value: Any) -> Any:
     """A partition value as JSON: dates and decimals as text, the rest as is."""
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
-
-
-def _condition(error: BaseException) -> str:
-    get_condition = getattr(error, "getCondition", None)
-    return str(get_condition() or "") if callable(get_condition) else ""
 
 
 class DmlJob:
@@ -362,7 +314,7 @@ class DmlJob:
             try:
                 rows = self.spark.sql(query.replace("{table}", self._target(branch))).collect()
             except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
-                failures.append(f"{name!r} could not run: {_message(error).splitlines()[0]}")
+                failures.append(f"{name!r} could not run: {error_message(error).splitlines()[0]}")
                 continue
             values = [list(row) for row in rows]
             if values != [[True]]:
@@ -387,7 +339,7 @@ class DmlJob:
         except Exception as error:  # noqa: BLE001 - reported with the reason, the branch left to inspect
             raise ConcurrentCommitError(
                 f"All audits passed but {self.ref} could not be fast-forwarded to {branch}: "
-                f"{_message(error).splitlines()[0]}. Another commit landed on {self.ref}; the task "
+                f"{error_message(error).splitlines()[0]}. Another commit landed on {self.ref}; the task "
                 "can be retried."
             ) from None
         self._drop_branch(branch)
@@ -406,7 +358,7 @@ class DmlJob:
                 self.spark._jsparkSession, self.table_name
             )
         except (Py4JJavaError, AnalysisException) as error:
-            if "NoSuchTable" in _java_class_name(error) or _condition(error).startswith(
+            if "NoSuchTable" in java_class_name(error) or error_condition(error).startswith(
                 "TABLE_OR_VIEW_NOT_FOUND"
             ):
                 raise TableNotFoundError(
@@ -457,7 +409,7 @@ class DmlJob:
         try:
             self.spark._jsparkSession.sessionState().sqlParser().parseExpression(text)
         except (ParseException, Py4JJavaError) as parse_error:
-            raise error(f"{what} is not a valid Spark SQL expression: {_message(parse_error)}") from None
+            raise error(f"{what} is not a valid Spark SQL expression: {error_message(parse_error)}") from None
 
     def _analyse(self, query: str, in_set: bool = False) -> DataFrame:
         from pyspark.errors import AnalysisException
@@ -466,7 +418,7 @@ class DmlJob:
         try:
             frame = self.spark.sql(query)
         except AnalysisException as error:
-            condition = _condition(error)
+            condition = error_condition(error)
             if condition.startswith("UNRESOLVED_COLUMN"):
                 raise UnknownColumnError(f"{where}: unknown column. {error}") from None
             if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
@@ -493,8 +445,8 @@ class DmlJob:
         try:
             value = self.spark.sql(sql.constant_predicate_query(self.where)).collect()[0][0]
         except AnalysisException as error:
-            if not _condition(error).startswith("UNRESOLVED_COLUMN"):
-                raise InvalidPredicateError(f"where={self.spec.where!r}: {_message(error)}") from None
+            if not error_condition(error).startswith("UNRESOLVED_COLUMN"):
+                raise InvalidPredicateError(f"where={self.spec.where!r}: {error_message(error)}") from None
             # Needs columns: row-level, unless the optimizer proves it matches nothing (`c = NULL`).
             probe = self._analyse(sql.probe_query(self.target, self.where))
             optimized = str(probe._jdf.queryExecution().optimizedPlan().toString())
@@ -602,61 +554,15 @@ class DmlJob:
         return None
 
 
-def _write_record(path: str | None, record: JobRecord) -> None:
-    if not path:
-        return
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(record.to_json())
-
-
 def run_spec(spark: SparkSession, spec: DmlSpec) -> JobRecord:
     """Run one spec on ``spark`` and return its record; errors become a FAILED record."""
-    progress = _ProgressReporter(spark)
-    progress.start()
-    try:
-        return DmlJob(spark, spec).run()
-    except IcebergDmlError as error:
-        log(f"FAILED ({type(error).__name__}): {error}")
-        return JobRecord(
-            outcome=Outcome.FAILED,
-            spark_app_id=spark.sparkContext.applicationId,
-            error_type=type(error).__name__,
-            error_message=str(error),
-        )
-    except Exception as error:  # noqa: BLE001 - any other failure is reported, with its trace
-        traceback.print_exc()
-        message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        log(f"FAILED ({type(error).__name__}): {message}")
-        return JobRecord(
-            outcome=Outcome.FAILED,
-            spark_app_id=spark.sparkContext.applicationId,
-            error_type=SparkJobError.__name__,
-            error_message=f"{type(error).__name__}: {message}",
-        )
-    finally:
-        progress.stop()
+    return run_job(spark, lambda: DmlJob(spark, spec).run())
 
 
 def main(argv: list[str]) -> int:
-    from pyspark.sql import SparkSession
-
-    # PySpark logs every analysis error as a page of JSON; the job reports them in one line itself.
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-
-    if len(argv) != 1:
-        print("usage: spark-submit dml.py <spec.json>", file=sys.stderr)
-        return 2
-    spec = DmlSpec.from_json(Path(argv[0]).read_text())
-    started = time.monotonic()
-    spark = SparkSession.builder.appName(f"iceberg-dml {spec.kind.value} {spec.table}").getOrCreate()
-    try:
-        record = run_spec(spark, spec)
-        _write_record(spec.result_path, record)
-    finally:
-        spark.stop()
-    log(f"Finished in {time.monotonic() - started:.1f}s: {record.outcome.value}")
-    return 0 if record.outcome is not Outcome.FAILED else 1
+    return run_main(
+        argv, DmlSpec.from_json, lambda spec: f"iceberg-dml {spec.kind.value} {spec.table}", run_spec
+    )
 
 
 if __name__ == "__main__":

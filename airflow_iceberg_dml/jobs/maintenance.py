@@ -19,30 +19,25 @@ concurrent change is never lost) is planned again from the new table state, up t
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
-import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.exceptions import (
     ConcurrentCommitError,
-    IcebergDmlError,
     InvalidMaintenanceOptionError,
     InvalidPredicateError,
-    SparkJobError,
     TableNotFoundError,
     UnknownColumnError,
 )
 from airflow_iceberg_dml.jobs import procedures, sql
-from airflow_iceberg_dml.jobs.dml import (
-    _condition,
-    _java_class_name,
-    _message,
-    _ProgressReporter,
-    _write_record,
+from airflow_iceberg_dml.jobs.runner import (
+    error_condition,
+    error_message,
+    java_class_name,
     log,
+    run_job,
+    run_main,
 )
 from airflow_iceberg_dml.spec import (
     MAINTENANCE_PROCEDURE_KEY,
@@ -156,7 +151,7 @@ class MaintenanceJob:
                 self.spark._jsparkSession, self.table_name
             )
         except (Py4JJavaError, AnalysisException) as error:
-            if "NoSuchTable" in _java_class_name(error) or _condition(error).startswith(
+            if "NoSuchTable" in java_class_name(error) or error_condition(error).startswith(
                 "TABLE_OR_VIEW_NOT_FOUND"
             ):
                 raise TableNotFoundError(
@@ -202,10 +197,10 @@ class MaintenanceJob:
             resolved = converter.collectResolvedSparkExpression(self.spark._jsparkSession, self.target, where)
             return converter.convertToIcebergExpression(resolved)
         except (AnalysisException, ParseException, Py4JJavaError) as error:
-            if _condition(error).startswith("UNRESOLVED_COLUMN"):
-                raise UnknownColumnError(f"where={where!r}: unknown column. {_message(error)}") from None
+            if error_condition(error).startswith("UNRESOLVED_COLUMN"):
+                raise UnknownColumnError(f"where={where!r}: unknown column. {error_message(error)}") from None
             raise InvalidPredicateError(
-                f"where={where!r} cannot be used to select files: {_message(error).splitlines()[0]} "
+                f"where={where!r} cannot be used to select files: {error_message(error).splitlines()[0]} "
                 "(use comparisons, IN, IS NULL, AND/OR/NOT on columns, ideally partition columns)."
             ) from None
 
@@ -404,59 +399,23 @@ def _deleted_files(outputs: dict[str, dict[str, Any]]) -> int:
 
 def run_spec(spark: SparkSession, spec: MaintenanceSpec) -> JobRecord:
     """Run one spec on ``spark`` and return its record; errors become a FAILED record."""
-    progress = _ProgressReporter(spark)
-    progress.start()
-    try:
-        return MaintenanceJob(spark, spec).run()
-    except IcebergDmlError as error:
-        log(f"FAILED ({type(error).__name__}): {error}")
-        return JobRecord(
-            outcome=Outcome.FAILED,
-            spark_app_id=spark.sparkContext.applicationId,
-            error_type=type(error).__name__,
-            error_message=str(error),
-        )
-    except Exception as error:  # noqa: BLE001 - any other failure is reported, with its trace
-        traceback.print_exc()
-        message = _message(error).splitlines()[0] if _message(error) else repr(error)
-        causes = _java_causes(error)
-        if causes and "Cannot use options" in causes[-1][1]:
-            # Iceberg's own option check: the options are bad, not the run.
-            return JobRecord(
-                outcome=Outcome.FAILED,
-                spark_app_id=spark.sparkContext.applicationId,
-                error_type=InvalidMaintenanceOptionError.__name__,
-                error_message=causes[-1][1],
-            )
-        log(f"FAILED ({type(error).__name__}): {message}")
-        return JobRecord(
-            outcome=Outcome.FAILED,
-            spark_app_id=spark.sparkContext.applicationId,
-            error_type=SparkJobError.__name__,
-            error_message=f"{type(error).__name__}: {message}",
-        )
-    finally:
-        progress.stop()
+    return run_job(spark, lambda: MaintenanceJob(spark, spec).run(), _invalid_options)
+
+
+def _invalid_options(error: Exception) -> InvalidMaintenanceOptionError | None:
+    """Iceberg's own option check failed: the options are bad, not the run."""
+    causes = _java_causes(error)
+    if causes and "Cannot use options" in causes[-1][1]:
+        return InvalidMaintenanceOptionError(causes[-1][1])
+    return None
+
+
+def _app_name(spec: MaintenanceSpec) -> str:
+    return f"iceberg-maintenance {'+'.join(call.procedure.value for call in spec.calls)} {spec.table}"
 
 
 def main(argv: list[str]) -> int:
-    from pyspark.sql import SparkSession
-
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    if len(argv) != 1:
-        print("usage: spark-submit maintenance.py <spec.json>", file=sys.stderr)
-        return 2
-    spec = MaintenanceSpec.from_json(Path(argv[0]).read_text())
-    started = time.monotonic()
-    names = "+".join(call.procedure.value for call in spec.calls)
-    spark = SparkSession.builder.appName(f"iceberg-maintenance {names} {spec.table}").getOrCreate()
-    try:
-        record = run_spec(spark, spec)
-        _write_record(spec.result_path, record)
-    finally:
-        spark.stop()
-    log(f"Finished in {time.monotonic() - started:.1f}s: {record.outcome.value}")
-    return 0 if record.outcome is not Outcome.FAILED else 1
+    return run_main(argv, MaintenanceSpec.from_json, _app_name, run_spec)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,149 @@
+"""What every PySpark entrypoint of this package shares: its log lines, progress, record and ``main``.
+
+A job prints its own lines with :func:`log` (the Airflow hook shows them at INFO and the JVM's at
+DEBUG), runs under :func:`run_job`, which turns any failure into a FAILED
+:class:`~airflow_iceberg_dml.spec.JobRecord` naming the error class, and leaves that record where
+the spec says (``result_path``) for the hook to read back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError
+from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import SparkSession
+
+#: Prefix of the lines a job prints; the Airflow hook shows these at INFO, JVM noise at DEBUG.
+LOG_PREFIX = "iceberg-dml | "
+
+Spec = TypeVar("Spec", bound=JobSpec)
+
+
+def log(message: str) -> None:
+    print("\n".join(LOG_PREFIX + line for line in message.splitlines()), flush=True)
+
+
+class ProgressReporter(threading.Thread):
+    """Prints the progress of active Spark stages every few seconds, only when it changed."""
+
+    def __init__(self, spark: SparkSession, interval_s: float = 5.0) -> None:
+        super().__init__(name="iceberg-dml-progress", daemon=True)
+        self._tracker = spark.sparkContext.statusTracker()
+        self._interval_s = interval_s
+        self._stopped = threading.Event()
+        self._last: dict[int, tuple[int, int]] = {}
+
+    def run(self) -> None:
+        while not self._stopped.wait(self._interval_s):
+            for stage_id in self._tracker.getActiveStageIds():
+                info = self._tracker.getStageInfo(stage_id)
+                if info is None:
+                    continue
+                state = (info.numCompletedTasks, info.numTasks)
+                if self._last.get(stage_id) != state:
+                    self._last[stage_id] = state
+                    log(f"progress: stage {stage_id} {state[0]}/{state[1]} tasks ({info.name})")
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+def java_class_name(error: BaseException) -> str:
+    """The Java exception class behind a py4j error, or ``""``."""
+    java_exception = getattr(error, "java_exception", None)
+    return str(java_exception.getClass().getName()) if java_exception is not None else ""
+
+
+def error_message(error: BaseException) -> str:
+    """The error's own message, without the Java stack trace py4j appends."""
+    java_exception = getattr(error, "java_exception", None)
+    if java_exception is not None and not hasattr(error, "getCondition"):
+        return str(java_exception.getMessage())
+    return str(error).strip()
+
+
+def error_condition(error: BaseException) -> str:
+    """Spark's error condition (e.g. ``UNRESOLVED_COLUMN.WITH_SUGGESTION``), or ``""``."""
+    get_condition = getattr(error, "getCondition", None)
+    return str(get_condition() or "") if callable(get_condition) else ""
+
+
+def write_record(path: str | None, record: JobRecord) -> None:
+    """Leave the record for the hook, readable by this user only."""
+    if not path:
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(record.to_json())
+
+
+def run_job(
+    spark: SparkSession,
+    job: Callable[[], JobRecord],
+    known_failure: Callable[[Exception], IcebergDmlError | None] | None = None,
+) -> JobRecord:
+    """Run ``job`` with progress reports; any failure becomes a FAILED record naming its class.
+
+    The package's own errors keep their class. ``known_failure`` may name another error as one of
+    them (e.g. Iceberg refusing an option); anything else is reported as ``SparkJobError``, with its
+    trace in the driver log.
+    """
+    progress = ProgressReporter(spark)
+    progress.start()
+    try:
+        return job()
+    except Exception as error:  # noqa: BLE001 - every failure is reported in the record
+        known = error if isinstance(error, IcebergDmlError) else known_failure and known_failure(error)
+        if known:
+            error_type, message = type(known).__name__, str(known)
+        else:
+            traceback.print_exc()
+            first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
+            error_type, message = SparkJobError.__name__, f"{type(error).__name__}: {first_line}"
+        log(f"FAILED ({error_type}): {message}")
+        return JobRecord(
+            outcome=Outcome.FAILED,
+            spark_app_id=spark.sparkContext.applicationId,
+            error_type=error_type,
+            error_message=message,
+        )
+    finally:
+        progress.stop()
+
+
+def run_main(
+    argv: list[str],
+    read_spec: Callable[[str], Spec],
+    app_name: Callable[[Spec], str],
+    run_spec: Callable[[SparkSession, Spec], JobRecord],
+) -> int:
+    """``spark-submit <job>.py <spec.json>``: read the spec, run it, leave the record; 1 when it failed."""
+    from pyspark.sql import SparkSession
+
+    # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    if len(argv) != 1:
+        print(f"usage: spark-submit {Path(sys.argv[0]).name} <spec.json>", file=sys.stderr)
+        return 2
+    spec = read_spec(Path(argv[0]).read_text())
+    started = time.monotonic()
+    spark = SparkSession.builder.appName(app_name(spec)).getOrCreate()
+    try:
+        record = run_spec(spark, spec)
+        write_record(spec.result_path, record)
+    finally:
+        spark.stop()
+    log(f"Finished in {time.monotonic() - started:.1f}s: {record.outcome.value}")
+    return 0 if record.outcome is not Outcome.FAILED else 1
