@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -140,8 +141,9 @@ def test_bad_input_fails_before_spark_without_retries(spark, catalog_hook, field
     name = create_orders_table(spark, new_table_name("early"), rows=30)
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     operator = _bad(**{"table": name, **fields})
+    ti = SimpleNamespace(dag_id="early", task_id="bad", run_id="manual__1", map_index=-1, try_number=1)
     with pytest.raises(AirflowFailException, match=message) as raised:
-        operator.execute({})  # the checks run before the task context is read
+        operator.execute({"ti": ti})  # no Spark application: the checks run before one starts
     assert isinstance(raised.value.__cause__, error)
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
 

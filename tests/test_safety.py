@@ -212,12 +212,16 @@ def test_a_retried_non_idempotent_update_is_applied_once(spark, catalog_hook):
 def test_the_operator_replays_an_earlier_commit_without_starting_spark(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("replay_operator"), rows=90)
     run_key = RunKey("dag_r", "fix", "manual__1", -1)
+    planned_on = load(catalog_hook, name).current_snapshot().snapshot_id
     committed = run(
         spark, name, JobKind.UPDATE, where="order_id = 1", assignments={"amount": "0"}, run_key=run_key
     )
     snapshots = len(load(catalog_hook, name).metadata.snapshots)
 
-    operator = IcebergUpdateOperator(task_id="fix", table=name, where="order_id = 1", set={"amount": "0"})
+    # The first try's own commit moved the head past expected_snapshot_id: still a replay, not a mismatch.
+    operator = IcebergUpdateOperator(
+        task_id="fix", table=name, where="order_id = 1", set={"amount": "0"}, expected_snapshot_id=planned_on
+    )
     ti = SimpleNamespace(dag_id="dag_r", task_id="fix", run_id="manual__1", map_index=-1, try_number=2)
     outlet_events: dict[Any, Any] = {operator.outlets[0]: SimpleNamespace(extra=None)}
     result = operator.execute({"ti": ti, "outlet_events": outlet_events})

@@ -3,6 +3,10 @@
 Everything secret (catalog credentials, S3 keys) and the whole Spark configuration travel in a
 ``--properties-file`` that only the owner can read and that is removed afterwards; the command
 line carries the master, the jars, the packaged job and the path of the spec file.
+
+A spark-submit that outlives its Airflow task (the worker was killed, the job went on) can be found
+again by a later try on the same machine: :class:`LocalProcess` names it, and
+:meth:`IcebergSparkSubmitHook.reattach` waits for it and cleans up after it.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import sys
 import tempfile
+import time
 import zipfile
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,9 +38,13 @@ from airflow_iceberg_dml.jobs.runner import LOG_PREFIX
 from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
+
+    from pydantic import JsonValue
 
 DEFAULT_LOCAL_MASTER = "local[*]"
+_FOLDER_PREFIX = "iceberg-dml-"
+_PROC = Path("/proc")
 
 # Lines of spark-submit output shown at INFO besides the job's own: problems, and the lines the
 # Spark provider parses for application and driver ids (it needs to see them to kill the job).
@@ -115,6 +126,69 @@ def _write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
+def _boot_id() -> str:
+    return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+
+
+def _process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) of a process, or None when it is gone."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # "pid (command) state ppid ...": the command may hold spaces and parentheses.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0], int(fields[19])
+
+
+@dataclass(frozen=True)
+class LocalProcess:
+    """A spark-submit process on one machine, named so that a later try can tell it is the same one.
+
+    The pid alone is not enough (pids are reused): the process's start time and the machine's boot id
+    make the name unique. ``folder`` is the job's private folder (spec, properties file, record).
+    """
+
+    host: str
+    boot_id: str
+    pid: int
+    start_ticks: int
+    folder: str
+
+    @classmethod
+    def of(cls, pid: int, folder: Path) -> LocalProcess | None:
+        """Name a running process; None where the machine has no ``/proc`` (re-attach is then off)."""
+        state = _process_state(pid)
+        if state is None:
+            return None
+        return cls(socket.gethostname(), _boot_id(), pid, state[1], str(folder))
+
+    @classmethod
+    def from_json(cls, value: JsonValue) -> LocalProcess | None:
+        """Read back what :meth:`to_json` stored; None for anything else."""
+        try:
+            return cls(**value) if isinstance(value, dict) else None  # type: ignore[arg-type]
+        except TypeError:
+            return None
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return dict(asdict(self))
+
+    def is_here(self) -> bool:
+        """Whether this is the machine (and the same boot) the process ran on."""
+        return _PROC.is_dir() and self.host == socket.gethostname() and self.boot_id == _boot_id()
+
+    def is_running(self) -> bool:
+        state = _process_state(self.pid)
+        return state is not None and state[1] == self.start_ticks and state[0] != "Z"
+
+    def job_folder(self) -> Path | None:
+        """The job's own folder, when the stored path still looks like one (it is about to be removed)."""
+        folder = Path(self.folder)
+        is_job_folder = folder.name.startswith(_FOLDER_PREFIX) and (folder / "spec.json").is_file()
+        return folder if folder.is_dir() and is_job_folder else None
+
+
 class _RoutedSparkSubmitHook(SparkSubmitHook):
     """SparkSubmitHook that defaults to ``local[*]`` and keeps JVM noise at DEBUG.
 
@@ -122,8 +196,15 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
     INFO; the rest of the driver log stays available at DEBUG.
     """
 
-    def __init__(self, *, default_master: str | None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        default_master: str | None,
+        on_started: Callable[[int], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._default_master = default_master
+        self._on_started = on_started
         super().__init__(**kwargs)
 
     def _resolve_connection(self) -> dict[str, Any]:
@@ -147,6 +228,9 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
         return [binary]
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        # Called right after the process started, before its first line is read.
+        if self._on_started is not None and self._submit_sp is not None:
+            self._on_started(self._submit_sp.pid)
         super()._process_spark_submit_log(self._route(itr))
 
     def _route(self, lines: Iterator[Any]) -> Iterator[str]:
@@ -178,6 +262,7 @@ class IcebergSparkSubmitHook(BaseHook):
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
         self._submit_hook: _RoutedSparkSubmitHook | None = None
+        self._reattached: LocalProcess | None = None
 
     def _connection_fields(self) -> tuple[str | None, str | None]:
         """(master, deploy mode) of the Spark connection; (None, None) when there is none."""
@@ -190,16 +275,24 @@ class IcebergSparkSubmitHook(BaseHook):
             master = f"{master}:{conn.port}"
         return master, conn.extra_dejson.get("deploy-mode")
 
-    def submit(self, spec: JobSpec, catalog: CatalogConfig, name: str) -> JobRecord | None:
+    def submit(
+        self,
+        spec: JobSpec,
+        catalog: CatalogConfig,
+        name: str,
+        on_started: Callable[[LocalProcess], None] | None = None,
+    ) -> JobRecord | None:
         """Run the job. Returns its record, or None when the driver ran remotely (cluster mode).
 
         Raises the job's own error class when it reported one (see :mod:`~airflow_iceberg_dml.exceptions`).
+        ``on_started`` is told the spark-submit process as soon as it runs (to store it for a later
+        try: :meth:`reattach`); an error it raises is logged, not raised, so the job goes on.
         """
         master, deploy_mode = self._connection_fields()
         remote_driver = deploy_mode == "cluster"
         artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
         jars = runtime.resolve_jars(artifacts)
-        with tempfile.TemporaryDirectory(prefix="iceberg-dml-") as folder_name:
+        with tempfile.TemporaryDirectory(prefix=_FOLDER_PREFIX) as folder_name:
             folder = Path(folder_name)
             result_path = None if remote_driver else folder / "result.json"
             spec = replace(spec, result_path=str(result_path) if result_path else None)
@@ -219,6 +312,7 @@ class IcebergSparkSubmitHook(BaseHook):
             # A remote driver gets the spec shipped with the application, by file name.
             self._submit_hook = _RoutedSparkSubmitHook(
                 default_master=None if master is not None else DEFAULT_LOCAL_MASTER,
+                on_started=None if on_started is None else self._announce(on_started, folder),
                 conn_id=self.spark_conn_id,
                 name=name,
                 jars=",".join(jars) or None,
@@ -240,6 +334,49 @@ class IcebergSparkSubmitHook(BaseHook):
             raise SparkJobError(f"spark-submit failed: {submit_error}") from submit_error
         return record
 
+    def _announce(self, on_started: Callable[[LocalProcess], None], folder: Path) -> Callable[[int], None]:
+        def started(pid: int) -> None:
+            process = LocalProcess.of(pid, folder)
+            if process is None:
+                return
+            try:
+                on_started(process)
+            except Exception as error:  # noqa: BLE001 - the job is running: never orphan it over this
+                self.log.warning("Could not record spark-submit (pid %s) for a later try: %s", pid, error)
+
+        return started
+
+    def reattach(self, process: LocalProcess, poll_interval: float = 1.0) -> JobRecord | None:
+        """Wait for the spark-submit of an earlier try, then remove its folder (and its properties file).
+
+        Returns the record the job left, or None when it left none (it died first, or its driver ran
+        remotely). ``process`` must be on this machine (:meth:`LocalProcess.is_here`).
+        """
+        if process.is_running():
+            self.log.info(
+                "Re-attaching to spark-submit (pid %s) that an earlier try started; waiting for it to "
+                "finish (its output went to that try's log).",
+                process.pid,
+            )
+            self._reattached = process
+            started = time.monotonic()
+            next_note = 60.0
+            while process.is_running():
+                time.sleep(poll_interval)
+                if time.monotonic() - started >= next_note:
+                    self.log.info("spark-submit (pid %s) still running after %.0fs.", process.pid, next_note)
+                    next_note += 60
+            self._reattached = None
+            self.log.info(
+                "spark-submit (pid %s) finished after %.1fs.", process.pid, time.monotonic() - started
+            )
+        folder = process.job_folder()
+        if folder is None:
+            return None
+        record = self._read_record(folder / "result.json")
+        shutil.rmtree(folder, ignore_errors=True)
+        return record
+
     @staticmethod
     def _read_record(path: Path | None) -> JobRecord | None:
         if path is None or not path.is_file():
@@ -248,5 +385,8 @@ class IcebergSparkSubmitHook(BaseHook):
 
     def on_kill(self) -> None:
         """Stop the Spark application (the process, or the YARN/Kubernetes/standalone driver)."""
+        if self._reattached is not None and self._reattached.is_running():
+            self.log.info("Sending SIGTERM to spark-submit (pid %s)", self._reattached.pid)
+            os.kill(self._reattached.pid, signal.SIGTERM)
         if self._submit_hook is not None:
             self._submit_hook.on_kill()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowRuntimeError
 
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
@@ -17,7 +18,7 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, LocalProcess
 from airflow_iceberg_dml.jobs.sql import expression_problem, split_table_name
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
 from airflow_iceberg_dml.spec import (
@@ -38,6 +39,21 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
+
+
+#: Task state store key of the running spark-submit (see ``durable``). Renaming it strands the
+#: processes that running tries have stored under the old name.
+SPARK_SUBMIT_STATE_KEY = "iceberg_dml_spark_submit"
+
+
+class TaskStateStore(Protocol):
+    """What the operators use of Airflow's ``context["task_state_store"]``."""
+
+    def get(self, key: str, default: JsonValue = None) -> JsonValue: ...
+
+    def set(self, key: str, value: JsonValue) -> None: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 def table_asset_uri(catalog_conn_id: str, table: str) -> str:
@@ -90,6 +106,11 @@ class BaseIcebergDmlOperator(BaseOperator):
     :param exactly_once: When True (default), a try whose run key (dag, task, run, map index)
         already committed on the branch returns that commit's result and commits nothing, so a
         retried non-idempotent UPDATE is applied once. Set False to re-apply on purpose.
+    :param durable: When True (default) and Airflow has a task state store (Airflow 3.3+), the
+        spark-submit process is recorded there as soon as it starts. A retry on the same machine
+        whose earlier try's worker died while that spark-submit went on re-attaches: it waits for
+        that job instead of starting another, then takes its result (and removes its private
+        folder). Elsewhere, the retry starts a new job and ``exactly_once`` keeps the change single.
     """
 
     job_kind: ClassVar[JobKind]
@@ -126,6 +147,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         isolation_level: IsolationLevel | str | None = None,
         exactly_once: bool = True,
         conflict_retries: int = 2,
+        durable: bool = True,
         **kwargs: Any,
     ) -> None:
         outlets = list(kwargs.pop("outlets", None) or [])
@@ -154,6 +176,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         self.isolation_level = isolation_level
         self.exactly_once = exactly_once
         self.conflict_retries = conflict_retries
+        self.durable = durable
         self._spark_hook: IcebergSparkSubmitHook | None = None
 
     def assignments(self) -> dict[str, str]:
@@ -209,20 +232,24 @@ class BaseIcebergDmlOperator(BaseOperator):
         catalog_hook = IcebergCatalogHook(self.catalog_conn_id)
         table = catalog_hook.load_table(self.table)
         self._check_inputs(table)
-        head_before = catalog_hook.head_snapshot(table, self.branch)
         expected = self._expected_snapshot_id()
+        ti = context["ti"]
+        run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
+        store = self._task_state_store(context)
+        if store is not None and self._reattach(store):
+            table = catalog_hook.load_table(self.table)  # the earlier try's job may have committed
+        head_before = catalog_hook.head_snapshot(table, self.branch)
         head_id = head_before.snapshot_id if head_before else None
+        # Before the expected-snapshot check: an earlier try's own commit has moved the head.
+        replayed = self._replay(catalog_hook, table, run_key, head_id, started)
+        if replayed is not None:
+            self._emit_asset_event(context, replayed)
+            return replayed
         if expected is not None and head_id != expected:
             raise SnapshotMismatchError(
                 f"{self.table} (ref {self.branch or 'main'}) is at snapshot {head_id}, not at the expected "
                 f"snapshot {expected}: the table changed since the change was planned. Nothing was written."
             )
-        ti = context["ti"]
-        run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-        replayed = self._replay(catalog_hook, table, run_key, head_id, started)
-        if replayed is not None:
-            self._emit_asset_event(context, replayed)
-            return replayed
         spec = DmlSpec(
             kind=self.job_kind,
             catalog=catalog_hook.catalog_config.name,
@@ -258,15 +285,71 @@ class BaseIcebergDmlOperator(BaseOperator):
             self.where,
         )
         self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
-        record = self._spark_hook.submit(
-            spec, catalog_hook.catalog_config, name=f"iceberg-dml-{ti.dag_id}-{ti.task_id}"
-        )
-        result = self._result(
-            catalog_hook, run_key, record, head_before.snapshot_id if head_before else None, started
-        )
+        try:
+            record = self._spark_hook.submit(
+                spec,
+                catalog_hook.catalog_config,
+                name=f"iceberg-dml-{ti.dag_id}-{ti.task_id}",
+                on_started=None if store is None else partial(self._remember, store),
+            )
+        finally:
+            if store is not None:
+                self._forget(store)
+        result = self._result(catalog_hook, run_key, record, head_id, started)
         self._emit_asset_event(context, result)
         self._log_result(result)
         return result
+
+    def _task_state_store(self, context: Context) -> TaskStateStore | None:
+        """Airflow's task state store (3.3+) when ``durable``; None otherwise."""
+        if not self.durable:
+            return None
+        store = context.get("task_state_store")
+        if store is None:
+            self.log.debug("No task state store (Airflow 3.3+): a retry cannot re-attach to this job.")
+        return store
+
+    def _remember(self, store: TaskStateStore, process: LocalProcess) -> None:
+        store.set(SPARK_SUBMIT_STATE_KEY, process.to_json())
+
+    def _forget(self, store: TaskStateStore) -> None:
+        try:
+            store.delete(SPARK_SUBMIT_STATE_KEY)
+        except AirflowRuntimeError as error:
+            self.log.warning("Could not clear the task state store's %r: %s", SPARK_SUBMIT_STATE_KEY, error)
+
+    def _reattach(self, store: TaskStateStore) -> bool:
+        """Wait for the spark-submit an earlier try left running here; True when there was one."""
+        try:
+            process = LocalProcess.from_json(store.get(SPARK_SUBMIT_STATE_KEY))
+        except AirflowRuntimeError as error:
+            self.log.warning("Could not read the task state store: %s. Not re-attaching.", error)
+            return False
+        if process is None:
+            return False
+        if not process.is_here():
+            self.log.info(
+                "The earlier try's spark-submit (pid %s) ran on %s, not on this machine: this try cannot "
+                "wait for it and starts its own job.%s",
+                process.pid,
+                process.host,
+                " The run key keeps the change to one commit." if self.exactly_once else "",
+            )
+            self._forget(store)
+            return False
+        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
+        record = self._spark_hook.reattach(process)
+        self._forget(store)
+        if record is None:
+            self.log.info("The earlier try's job (pid %s) left no result.", process.pid)
+        else:
+            self.log.info(
+                "The earlier try's job (pid %s) ended: %s%s.",
+                process.pid,
+                record.outcome.value,
+                f" ({record.error_type}: {record.error_message})" if record.error_type else "",
+            )
+        return True
 
     def _replay(
         self,

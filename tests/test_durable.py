@@ -1,0 +1,157 @@
+"""Durable re-attach: a retry waits for the spark-submit that its killed predecessor left running.
+
+The first try runs in a child process (``dag.test()``), which is SIGKILLed once its spark-submit has
+started and been recorded in Airflow's task state store: the worker dies, the Spark job goes on. The
+retry (try 2 of the same task instance) must not start a second job: it waits for the first one, returns its
+commit, and removes its private folder (with the properties file). When the orphan was killed too,
+the retry starts its own job and the change is still applied once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+import pendulum
+import pyarrow.compute as pc
+import pytest
+
+from airflow_iceberg_dml.hooks.spark_submit import LocalProcess
+from airflow_iceberg_dml.operators.base import SPARK_SUBMIT_STATE_KEY
+from airflow_iceberg_dml.spec import SummaryKey
+from tests.conftest import create_orders_table, load, new_table_name, xcom_result
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstance import TaskInstance
+
+REPO = Path(__file__).resolve().parents[1]
+DAG_ID = "durable_test"
+
+_FIRST_TRY = """
+import sys
+import pendulum
+from tests.dags.durable_test_dag import dag
+
+when = pendulum.parse(sys.argv[1])
+dag.test(logical_date=when, run_after=when, run_conf={"table": sys.argv[2]})
+"""
+
+
+def _run_id(when: pendulum.DateTime) -> str:
+    """The run id ``dag.test(logical_date=when, run_after=when)`` gives its DAG run."""
+    return f"manual__{when.isoformat()}"
+
+
+def _stored_process(run_id: str) -> LocalProcess | None:
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(TaskStateStoreModel)
+            .filter(TaskStateStoreModel.dag_id == DAG_ID, TaskStateStoreModel.key == SPARK_SUBMIT_STATE_KEY)
+            .filter(TaskStateStoreModel.run_id == run_id)
+            .one_or_none()
+        )
+        return LocalProcess.from_json(json.loads(row.value)) if row else None
+
+
+def _kill_the_worker_once_spark_submit_runs(when: pendulum.DateTime, table: str) -> LocalProcess:
+    """Start try 1 in a child process; SIGKILL that process (not its spark-submit) once it is recorded."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _FIRST_TRY, when.isoformat(), table],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 180
+    process = None
+    while process is None and time.monotonic() < deadline and worker.poll() is None:
+        time.sleep(0.2)
+        process = _stored_process(_run_id(when))
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+    assert process is not None, "try 1 never recorded its spark-submit in the task state store"
+    return process
+
+
+def _run_the_next_try(run_id: str) -> TaskInstance:
+    """What the scheduler does once the dead worker's try is failed: run try 2 of the same task instance.
+
+    The try runs in this process through the task runner that ``dag.test()`` and ``airflow tasks test``
+    use; ``dag.test()`` itself cannot be used, since it replaces the DAG run (and its task state store).
+    """
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+
+    from tests.dags.durable_test_dag import dag
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run_id, task_id="bump").one()
+        assert ti.state == TaskInstanceState.RUNNING  # the killed worker never reported back
+        ti.try_number += 1
+        ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        _run_task(ti=ti, task=dag.task_dict["bump"])
+        return ti
+
+
+def _bumps(catalog_hook, name: str) -> set[float]:
+    """How many times +1 was applied to the open orders (a set: one value means no mix)."""
+    arrow = load(catalog_hook, name).scan(row_filter="status == 'O'").to_arrow()
+    return set(pc.subtract(arrow["amount"], pc.multiply(arrow["order_id"], 1.5)).to_pylist())
+
+
+@pytest.mark.spark_submit
+@pytest.mark.parametrize("orphan", ["running", "killed"])
+def test_a_retry_reattaches_to_the_spark_submit_its_killed_worker_left(
+    spark, catalog_hook, airflow_db, capfd, orphan
+):
+    name = create_orders_table(spark, new_table_name(f"durable_{orphan}"), rows=300)
+    before = _bumps(catalog_hook, name)
+    snapshots_before = len(load(catalog_hook, name).metadata.snapshots)
+    when = pendulum.now("UTC").replace(microsecond=0)
+    run_id = _run_id(when)
+
+    process = _kill_the_worker_once_spark_submit_runs(when, name)
+    assert process.is_here()
+    assert process.is_running(), "the spark-submit should outlive its killed worker"
+    folder = Path(process.folder)
+    assert (folder / "spark.properties").is_file()
+    if orphan == "killed":
+        os.kill(process.pid, signal.SIGKILL)  # the worker's machine lost the job too
+        while process.is_running():
+            time.sleep(0.1)
+    capfd.readouterr()
+    ti = _run_the_next_try(run_id)
+    output = "".join(capfd.readouterr())
+
+    assert ti.state == "success"
+    result = xcom_result(SimpleNamespace(dag_id=DAG_ID, run_id=run_id), "bump")
+    table = load(catalog_hook, name)
+    # The change is in the table exactly once, as one commit of this run key.
+    assert _bumps(catalog_hook, name) == {value + 1 for value in before}
+    assert len(table.metadata.snapshots) == snapshots_before + 1
+    summary = table.snapshot_by_id(result["snapshot_id"]).summary
+    assert summary[SummaryKey.RUN_ID] == run_id
+    if orphan == "running":
+        assert "Re-attaching to spark-submit" in output
+        assert summary[SummaryKey.TRY_NUMBER] == "1"  # committed by the first try's job ...
+        assert result["replayed"] is True  # ... and this try started none
+        assert "Spark-Submit cmd" not in output
+    else:
+        assert "Re-attaching to spark-submit" not in output
+        assert summary[SummaryKey.TRY_NUMBER] == "2"
+        assert result["replayed"] is False
+    # Either way the first try's private folder (its properties file) is gone, and so is the record.
+    assert not folder.exists()
+    assert _stored_process(run_id) is None
