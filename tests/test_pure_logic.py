@@ -13,6 +13,7 @@ from airflow_iceberg_dml.exceptions import CatalogConfigError, InvalidPredicateE
 from airflow_iceberg_dml.hooks.spark_submit import (
     _RoutedSparkSubmitHook,
     escape_property,
+    job_environment,
     properties_file_text,
     spark_properties,
 )
@@ -175,6 +176,23 @@ def test_user_conf_comes_last_and_extensions_merge(tmp_path):
     )
     assert properties["spark.executor.memory"] == "2g"
     assert properties["spark.pyspark.driver.python"] == "/venv/bin/python"
+
+
+def test_spark_submit_inherits_no_airflow_connection_variable_or_config():
+    environ = {
+        "PATH": "/usr/bin",
+        "JAVA_HOME": "/opt/java",
+        "AIRFLOW_HOME": "/opt/airflow",
+        "AIRFLOW_CONN_ICEBERG_DEFAULT": "iceberg://user:secret@host",
+        "AIRFLOW_VAR_TOKEN": "secret",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:secret@db/airflow",
+        "AIRFLOW__CORE__FERNET_KEY": "secret",
+    }
+    assert job_environment(environ) == {
+        "PATH": "/usr/bin",
+        "JAVA_HOME": "/opt/java",
+        "AIRFLOW_HOME": "/opt/airflow",
+    }
 
 
 def test_spark_submit_command_carries_no_catalog_secret(tmp_path):

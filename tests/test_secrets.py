@@ -1,4 +1,4 @@
-"""Catalog secrets never reach a command line, the task log, rendered templates, XCom, or a leftover file."""
+"""Catalog secrets never reach a command line, Spark's environment, the task log, XCom, templates, files."""
 
 from __future__ import annotations
 
@@ -30,17 +30,40 @@ def _cmdlines() -> set[str]:
     return found - {""}  # a zombie's command line reads empty
 
 
+_SPARK_MARKERS = (b"SparkSubmit", b"spark-submit", b"pyspark", b"iceberg-dml-")
+
+
+def _spark_environments() -> set[str]:
+    """The environment of every running Spark process (spark-submit, its JVM, the Python driver)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue  # this test process holds the connection on purpose
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if any(marker in cmdline for marker in _SPARK_MARKERS):
+                found.add((entry / "environ").read_bytes().replace(b"\0", b"\n").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
 class _ProcessWatcher(threading.Thread):
-    """Collects every command line seen every 50 ms while a job runs (a set: an exit never hides one)."""
+    """Collects every command line, and Spark processes' environments, every 50 ms while a job runs.
+
+    Sets, so that a process which exits (its command line then reads empty) never hides one.
+    """
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.stop = threading.Event()
         self.seen: set[str] = set()
+        self.environments: set[str] = set()
 
     def run(self) -> None:
         while not self.stop.is_set():
             self.seen.update(_cmdlines())
+            self.environments.update(_spark_environments())
             time.sleep(0.05)
 
 
@@ -88,6 +111,10 @@ def test_catalog_secrets_stay_out_of_argv_logs_templates_xcom_and_files(
     assert spark_processes, "the watcher never saw the spark-submit process"
     assert any("--properties-file" in line for line in spark_processes), spark_processes
     assert not [line for line in watcher.seen if SECRET in line or ACCESS_KEY in line]
+    # Environment: the connection (an AIRFLOW_CONN_ variable here) is not passed down to Spark.
+    assert watcher.environments, "the watcher never read a Spark process's environment"
+    assert any("JAVA_HOME=" in env or "PATH=" in env for env in watcher.environments)
+    assert not [env for env in watcher.environments if SECRET in env or ACCESS_KEY in env]
     # The task log (dag.test() prints it) shows the run but not the secret.
     output = "".join(capfd.readouterr())
     assert "Committed snapshot" in output

@@ -110,6 +110,16 @@ def check_deploy_mode(master: str, deploy_mode: str | None) -> None:
         )
 
 
+#: Environment variables that may hold Airflow's secrets (connections, variables, configuration such
+#: as the metadata database URL or the Fernet key); the Spark job needs none of them.
+_AIRFLOW_SECRET_ENV_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__")
+
+
+def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of spark-submit: this process's, without Airflow's connections and config."""
+    return {key: value for key, value in environ.items() if not key.startswith(_AIRFLOW_SECRET_ENV_PREFIXES)}
+
+
 def package_zip(folder: Path) -> Path:
     """Zip this package's Python sources so that a remote driver and the executors can import it."""
     root = Path(airflow_iceberg_dml.__file__).parent
@@ -324,7 +334,7 @@ class IcebergSparkSubmitHook(BaseHook):
             submit_error: AirflowException | None = None
             try:
                 application = resources.files("airflow_iceberg_dml.jobs") / spec.application
-                self._submit_hook.submit(str(application))
+                self._submit_hook.submit(str(application), env=job_environment(os.environ))
             except AirflowException as error:
                 submit_error = error
             record = self._read_record(result_path)
