@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.result import rows_deleted
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, SummaryKey
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, RunKey, SummaryKey
 from tests.conftest import (
     CATALOG,
     create_orders_table,
@@ -162,3 +163,34 @@ def test_templated_fields_and_declared_asset():
 def test_malformed_table_name_is_rejected_when_the_dag_is_parsed():
     with pytest.raises(ValueError, match=r"'no_namespace' must be 'namespace\.table'"):
         IcebergDeleteOperator(task_id="d", table="no_namespace", where="TRUE")
+
+
+def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_hook):
+    """Cluster deploy mode leaves no record file on the worker: the history is read instead."""
+    name = create_orders_table(spark, new_table_name("remote_driver"), rows=60)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    operator = IcebergDeleteOperator(task_id="remote", table=name, where="status = 'F'")
+    operator._spark_hook = IcebergSparkSubmitHook()
+    run_key = RunKey("dag_remote", "remote", "manual__1", -1)
+
+    # spark-submit succeeded and nothing of this run is in the history: nothing matched.
+    nothing = operator._result(catalog_hook, run_key, None, head, time.monotonic())
+    assert nothing["noop"] is True
+    assert nothing["dry_run"] is False
+    assert nothing["snapshot_id"] == head
+
+    # A whole-partition DELETE is a metadata-only commit without the run key: its application id names it.
+    deleted = spark.table(f"{CATALOG}.{name}").where("status = 'F'").count()
+    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE status = 'F'")
+    application = spark.sparkContext.applicationId
+    operator._spark_hook._submit_hook = (
+        SimpleNamespace(  # what spark-submit printed, as the provider parses it
+            _yarn_application_id=application, _kubernetes_application_id=None
+        )
+    )
+    found = operator._result(catalog_hook, run_key, None, head, time.monotonic())
+    summary = load(catalog_hook, name).snapshot_by_id(found["snapshot_id"]).summary
+    assert SummaryKey.RUN_ID not in summary.additional_properties
+    assert found["noop"] is False
+    assert found["operation"] == "delete"
+    assert found["rows_deleted"] == deleted > 0

@@ -178,6 +178,18 @@ def test_user_conf_comes_last_and_extensions_merge(tmp_path):
     assert properties["spark.pyspark.driver.python"] == "/venv/bin/python"
 
 
+@pytest.mark.parametrize(
+    "key", ["spark.yarn.submit.waitAppCompletion", "spark.kubernetes.submission.waitAppCompletion"]
+)
+def test_a_spark_submit_that_would_not_wait_for_its_driver_is_refused(key):
+    catalog = CatalogConfig.from_properties(
+        "iceberg_default", {"type": "sql", "uri": "sqlite:////tmp/c.db", "warehouse": "/w"}
+    )
+    with pytest.raises(ValueError, match=f"{key}=false"):
+        spark_properties(catalog, {key: "False"})
+    assert spark_properties(catalog, {key: "true"})[key] == "true"
+
+
 def test_spark_submit_inherits_no_airflow_connection_variable_or_config():
     environ = {
         "PATH": "/usr/bin",

@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 
 DEFAULT_LOCAL_MASTER = "local[*]"
 _FOLDER_PREFIX = "iceberg-dml-"
+#: Spark settings that would make spark-submit return before a remote driver has finished.
+_WAIT_FOR_APPLICATION = (
+    "spark.yarn.submit.waitAppCompletion",
+    "spark.kubernetes.submission.waitAppCompletion",
+)
 _PROC = Path("/proc")
 
 # Lines of spark-submit output shown at INFO besides the job's own: problems, and the lines the
@@ -80,6 +85,12 @@ def spark_properties(
     the executors elsewhere keep their own Python).
     """
     user = {key: str(value) for key, value in (spark_conf or {}).items()}
+    for key in _WAIT_FOR_APPLICATION:
+        if user.get(key, "true").strip().lower() == "false":
+            raise ValueError(
+                f"spark_conf sets {key}=false, but the task reads the job's commit when spark-submit "
+                "returns, so spark-submit must wait for the application: remove it."
+            )
     extensions = [ICEBERG_EXTENSIONS]
     if user.get("spark.sql.extensions"):
         extensions += [
@@ -343,6 +354,13 @@ class IcebergSparkSubmitHook(BaseHook):
         if submit_error is not None:
             raise SparkJobError(f"spark-submit failed: {submit_error}") from submit_error
         return record
+
+    @property
+    def remote_application_id(self) -> str | None:
+        """The application id spark-submit printed for a remote driver (YARN, Kubernetes), if any."""
+        if self._submit_hook is None:
+            return None
+        return self._submit_hook._yarn_application_id or self._submit_hook._kubernetes_application_id
 
     def _announce(self, on_started: Callable[[LocalProcess], None], folder: Path) -> Callable[[int], None]:
         def started(pid: int) -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 
 #: Task state store key of the running spark-submit (see ``durable``). Renaming it strands the
@@ -400,8 +401,9 @@ class BaseIcebergDmlOperator(BaseOperator):
             snapshot = table.snapshot_by_id(record.snapshot_id)
         else:
             # Remote driver: no record file. The run key in the history names the commit.
-            commits = catalog_hook.find_run_commits(table, run_key, self.branch, stop_at=head_before)
-            snapshot = commits[0] if commits else None
+            snapshot = self._remote_commit(catalog_hook, table, run_key, head_before)
+            if snapshot is None and record is None:
+                return self._remote_noop(head_before, started)
         if snapshot is None or snapshot.summary is None:
             raise CommitNotFoundError(
                 f"The Spark job finished but no commit of run {run_key} is in the history of {self.table!r}."
@@ -425,6 +427,43 @@ class BaseIcebergDmlOperator(BaseOperator):
             else summary.get(SummaryKey.PLAN, ""),
             duration_s=time.monotonic() - started,
             replayed=replayed,
+        )
+
+    def _remote_commit(
+        self, catalog_hook: IcebergCatalogHook, table: Table, run_key: RunKey, head_before: int | None
+    ) -> Snapshot | None:
+        """The commit of a job whose driver ran remotely: by run key, else by its Spark application id.
+
+        A metadata-only delete (Spark drops whole files itself) carries no run key, only the
+        ``spark.app.id`` that every Spark commit records.
+        """
+        commits = catalog_hook.find_run_commits(table, run_key, self.branch, stop_at=head_before)
+        if commits:
+            return commits[0]
+        app_id = self._spark_hook.remote_application_id if self._spark_hook else None
+        for snapshot in catalog_hook.ancestors(table, catalog_hook.head_snapshot(table, self.branch)):
+            if snapshot.snapshot_id == head_before or not app_id:
+                break
+            if snapshot.summary and snapshot.summary.additional_properties.get("spark.app.id") == app_id:
+                return snapshot
+        return None
+
+    def _remote_noop(self, head_before: int | None, started: float) -> DmlResult:
+        """A remote driver finished without error and committed nothing: nothing matched, or a dry run."""
+        app_id = self._spark_hook.remote_application_id if self._spark_hook else None
+        self.log.info(
+            "The driver ran remotely (application %s) and succeeded without a commit%s; its report is in "
+            "the driver's log.",
+            app_id or "id unknown",
+            " (dry run)" if self.dry_run_only else ": nothing matched",
+        )
+        return noop_result(
+            table=self.table,
+            branch=self.branch or "main",
+            head_snapshot_id=head_before,
+            spark_app_id=app_id,
+            duration_s=time.monotonic() - started,
+            impact={} if self.dry_run_only else None,
         )
 
     def _emit_asset_event(self, context: Context, result: DmlResult) -> None:
