@@ -15,17 +15,20 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pendulum
 import pyarrow.compute as pc
 import pytest
 
 from airflow_iceberg_dml.hooks.spark_submit import LocalProcess
-from airflow_iceberg_dml.operators.base import SPARK_SUBMIT_STATE_KEY
-from airflow_iceberg_dml.spec import SummaryKey
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.durable import SPARK_SUBMIT_STATE_KEY
+from airflow_iceberg_dml.spec import JobRecord, Outcome, SummaryKey
 from tests.conftest import create_orders_table, load, new_table_name, xcom_result
 
 if TYPE_CHECKING:
@@ -155,3 +158,72 @@ def test_a_retry_reattaches_to_the_spark_submit_its_killed_worker_left(
     # Either way the first try's private folder (its properties file) is gone, and so is the record.
     assert not folder.exists()
     assert _stored_process(run_id) is None
+
+
+class _Store(dict):
+    """The task state store's interface over a dict (the real one needs a running task)."""
+
+    def set(self, key: str, value: Any) -> None:
+        self[key] = value
+
+    def delete(self, key: str) -> None:
+        self.pop(key, None)
+
+
+def _finished_process(folder: Path) -> LocalProcess:
+    """A process that ran on this machine and has exited, as a try would have recorded it."""
+    child = subprocess.Popen(["sleep", "30"])
+    process = LocalProcess.of(child.pid, folder)
+    child.kill()
+    child.wait()
+    assert process is not None
+    assert not process.is_running()
+    return process
+
+
+def _job_folder(parent: Path, record: JobRecord | None) -> Path:
+    folder = parent / "iceberg-dml-earlier"
+    folder.mkdir()
+    (folder / "spec.json").write_text("{}")
+    (folder / "spark.properties").write_text("spark.sql.catalog.x.s3.secret-access-key=s3cret\n")
+    if record is not None:
+        (folder / "result.json").write_text(record.to_json())
+    return folder
+
+
+def test_a_finished_earlier_job_is_cleaned_up_and_forgotten(tmp_path, capfd):
+    folder = _job_folder(tmp_path, JobRecord(outcome=Outcome.COMMITTED, snapshot_id=42))
+    store = _Store({SPARK_SUBMIT_STATE_KEY: _finished_process(folder).to_json()})
+    operator = IcebergCompactionOperator(task_id="compact", table="tests.t")
+    assert operator._reattach(store) is True
+    assert not folder.exists()  # the properties file went with it
+    assert store == {}
+    assert "ended: committed" in "".join(capfd.readouterr())
+
+
+def test_a_process_recorded_on_another_machine_is_not_waited_for(tmp_path, capfd):
+    folder = _job_folder(tmp_path, None)
+    elsewhere = replace(_finished_process(folder), host="another-worker")
+    store = _Store({SPARK_SUBMIT_STATE_KEY: elsewhere.to_json()})
+    operator = IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE")
+    assert operator._reattach(store) is False
+    assert folder.exists()  # not this machine's to remove
+    assert store == {}
+    assert "ran on another-worker, not on this machine" in "".join(capfd.readouterr())
+
+
+@pytest.mark.parametrize("stored", [{"pid": "not a process"}, "text", 7])
+def test_a_malformed_record_is_ignored(stored):
+    store = _Store({SPARK_SUBMIT_STATE_KEY: stored})
+    operator = IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE", durable=True)
+    assert operator._reattach(store) is False
+
+
+def test_only_a_job_folder_is_ever_removed(tmp_path):
+    """A record pointing anywhere else (not ``iceberg-dml-*`` with a spec) removes nothing."""
+    precious = tmp_path / "data"
+    precious.mkdir()
+    (precious / "spec.json").write_text("{}")
+    store = _Store({SPARK_SUBMIT_STATE_KEY: _finished_process(precious).to_json()})
+    assert IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE")._reattach(store) is True
+    assert (precious / "spec.json").exists()

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import time
-from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowRuntimeError
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
@@ -18,8 +17,9 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, LocalProcess
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.jobs.sql import expression_problem, split_table_name
+from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
 from airflow_iceberg_dml.spec import (
     DmlSpec,
@@ -42,21 +42,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
 
-#: Task state store key of the running spark-submit (see ``durable``). Renaming it strands the
-#: processes that running tries have stored under the old name.
-SPARK_SUBMIT_STATE_KEY = "iceberg_dml_spark_submit"
-
-
-class TaskStateStore(Protocol):
-    """What the operators use of Airflow's ``context["task_state_store"]``."""
-
-    def get(self, key: str, default: JsonValue = None) -> JsonValue: ...
-
-    def set(self, key: str, value: JsonValue) -> None: ...
-
-    def delete(self, key: str) -> None: ...
-
-
 def table_asset_uri(catalog_conn_id: str, table: str) -> str:
     """``iceberg://<catalog>/<namespace>/<table>``; the catalog is the connection id (its name)."""
     return f"iceberg://{catalog_conn_id}/" + "/".join(split_table_name(table))
@@ -66,7 +51,7 @@ def _is_template(value: str) -> bool:
     return "{{" in value or "{%" in value
 
 
-class BaseIcebergDmlOperator(BaseOperator):
+class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
     """Base of :class:`IcebergDeleteOperator` and :class:`IcebergUpdateOperator`.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -237,7 +222,7 @@ class BaseIcebergDmlOperator(BaseOperator):
         ti = context["ti"]
         run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
         store = self._task_state_store(context)
-        if store is not None and self._reattach(store):
+        if self._reattach(store):
             table = catalog_hook.load_table(self.table)  # the earlier try's job may have committed
         head_before = catalog_hook.head_snapshot(table, self.branch)
         head_id = head_before.snapshot_id if head_before else None
@@ -291,66 +276,14 @@ class BaseIcebergDmlOperator(BaseOperator):
                 spec,
                 catalog_hook.catalog_config,
                 name=f"iceberg-dml-{ti.dag_id}-{ti.task_id}",
-                on_started=None if store is None else partial(self._remember, store),
+                on_started=self._remember_in(store),
             )
         finally:
-            if store is not None:
-                self._forget(store)
+            self._forget(store)
         result = self._result(catalog_hook, run_key, record, head_id, started)
         self._emit_asset_event(context, result)
         self._log_result(result)
         return result
-
-    def _task_state_store(self, context: Context) -> TaskStateStore | None:
-        """Airflow's task state store (3.3+) when ``durable``; None otherwise."""
-        if not self.durable:
-            return None
-        store = context.get("task_state_store")
-        if store is None:
-            self.log.debug("No task state store (Airflow 3.3+): a retry cannot re-attach to this job.")
-        return store
-
-    def _remember(self, store: TaskStateStore, process: LocalProcess) -> None:
-        store.set(SPARK_SUBMIT_STATE_KEY, process.to_json())
-
-    def _forget(self, store: TaskStateStore) -> None:
-        try:
-            store.delete(SPARK_SUBMIT_STATE_KEY)
-        except AirflowRuntimeError as error:
-            self.log.warning("Could not clear the task state store's %r: %s", SPARK_SUBMIT_STATE_KEY, error)
-
-    def _reattach(self, store: TaskStateStore) -> bool:
-        """Wait for the spark-submit an earlier try left running here; True when there was one."""
-        try:
-            process = LocalProcess.from_json(store.get(SPARK_SUBMIT_STATE_KEY))
-        except AirflowRuntimeError as error:
-            self.log.warning("Could not read the task state store: %s. Not re-attaching.", error)
-            return False
-        if process is None:
-            return False
-        if not process.is_here():
-            self.log.info(
-                "The earlier try's spark-submit (pid %s) ran on %s, not on this machine: this try cannot "
-                "wait for it and starts its own job.%s",
-                process.pid,
-                process.host,
-                " The run key keeps the change to one commit." if self.exactly_once else "",
-            )
-            self._forget(store)
-            return False
-        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
-        record = self._spark_hook.reattach(process)
-        self._forget(store)
-        if record is None:
-            self.log.info("The earlier try's job (pid %s) left no result.", process.pid)
-        else:
-            self.log.info(
-                "The earlier try's job (pid %s) ended: %s%s.",
-                process.pid,
-                record.outcome.value,
-                f" ({record.error_type}: {record.error_message})" if record.error_type else "",
-            )
-        return True
 
     def _replay(
         self,

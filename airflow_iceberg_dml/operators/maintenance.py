@@ -22,6 +22,7 @@ from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.jobs import procedures
 from airflow_iceberg_dml.jobs.sql import split_table_name
+from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
 from airflow_iceberg_dml.spec import (
     ExpireSnapshotsCall,
     JobRecord,
@@ -72,7 +73,7 @@ def _is_template(value: object) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
-class BaseIcebergMaintenanceOperator(BaseOperator):
+class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
     """Health check, then the Iceberg procedures through spark-submit when the table needs them.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -82,6 +83,10 @@ class BaseIcebergMaintenanceOperator(BaseOperator):
     :param spark_conf: Extra Spark configuration for this job (kept off the command line).
     :param health_thresholds: :class:`~airflow_iceberg_dml.health.HealthThresholds` (or a dict of
         its fields) deciding when the table needs care.
+    :param durable: When True (default) and Airflow has a task state store (Airflow 3.3+), a retry on
+        the same machine whose earlier try's worker died while its spark-submit went on waits for
+        that job (and removes its private folder) before checking the table's health again, instead
+        of running the procedures a second time alongside it.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -97,6 +102,7 @@ class BaseIcebergMaintenanceOperator(BaseOperator):
         spark_conn_id: str = "spark_default",
         spark_conf: Mapping[str, Any] | None = None,
         health_thresholds: HealthThresholds | Mapping[str, Any] | None = None,
+        durable: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -107,6 +113,7 @@ class BaseIcebergMaintenanceOperator(BaseOperator):
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
         self.health_thresholds = health_thresholds
+        self.durable = durable
         self._spark_hook: IcebergSparkSubmitHook | None = None
 
     # -- what subclasses decide ---------------------------------------------------------------
@@ -150,6 +157,8 @@ class BaseIcebergMaintenanceOperator(BaseOperator):
         now = datetime.now(tz=UTC)
         thresholds = HealthThresholds.from_value(self.health_thresholds)
         catalog_hook = IcebergCatalogHook(self.catalog_conn_id)
+        store = self._task_state_store(context)
+        self._reattach(store)  # the health check below then sees what that job did
         table = catalog_hook.load_table(self.table)
         health = catalog_hook.health(table, thresholds, retention=self.retention(now))
         calls = self.procedure_calls(table, health, now)
@@ -183,9 +192,15 @@ class BaseIcebergMaintenanceOperator(BaseOperator):
         )
         head_before = health.snapshot_id
         self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
-        record = self._spark_hook.submit(
-            spec, catalog_hook.catalog_config, name=f"iceberg-maintenance-{ti.dag_id}-{ti.task_id}"
-        )
+        try:
+            record = self._spark_hook.submit(
+                spec,
+                catalog_hook.catalog_config,
+                name=f"iceberg-maintenance-{ti.dag_id}-{ti.task_id}",
+                on_started=self._remember_in(store),
+            )
+        finally:
+            self._forget(store)
         table_after = catalog_hook.load_table(self.table)
         health_after = catalog_hook.health(table_after, thresholds, retention=self.retention(now))
         commits = self._commits(catalog_hook, table_after, record, run_key, head_before)
