@@ -9,7 +9,8 @@ Two sources, both metadata (no data file is ever opened):
 
 :func:`assess` is pure (unit-tested on hand-made entries); :func:`table_health` reads a pyiceberg
 table and calls it. The thresholds follow Apache Amoro's self-optimizing triggers
-(``self-optimizing.*``), which decide per partition when a table is worth rewriting.
+(``self-optimizing.*``), which decide per partition when a table is worth rewriting, plus the share
+of a partition's data files that carry a delete file.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class FileEntry:
 class HealthThresholds:
     """When a table needs care. A partition crossing any compaction threshold makes the table need one.
 
-    The defaults follow Apache Amoro's self-optimizing triggers.
+    The defaults follow Apache Amoro's self-optimizing triggers, plus one of this package's own
+    (``max_files_with_deletes_ratio``), which the benchmarks showed is the one that tracks the read
+    cost of merge-on-read deletes (docs/benchmarks.md, "Compaction thresholds").
     """
 
     small_file_bytes: int = 16 * MIB
@@ -81,13 +84,15 @@ class HealthThresholds:
     ``rewrite_data_files`` so that it rewrites exactly the files this flags."""
     delete_file_threshold: int = 2
     """Compact when one data file has this many delete files applying to it (Amoro combines position
-    deletes at two); also the ``delete-file-threshold`` passed to ``rewrite_data_files``."""
-    max_files_with_deletes_ratio: float | None = None
-    """Opt-in: compact a partition when this fraction of its data files carry a delete file, however
-    few rows they delete. Each such file costs every scan one more file to open, which weighs on
-    small files (see docs/benchmarks.md, "Compaction payoff"). When set, the compaction folds every
-    delete file (``delete-file-threshold`` 1). Off by default, as in Amoro: it rewrites whole files
-    for a handful of deleted rows."""
+    deletes at two); also the ``delete-file-threshold`` passed to ``rewrite_data_files`` when
+    ``max_files_with_deletes_ratio`` is off (otherwise 1)."""
+    max_files_with_deletes_ratio: float | None = 0.5
+    """Compact a partition when this fraction of its data files carry a delete file, however few rows
+    they delete; ``None`` turns it off (Amoro's triggers only). Iceberg folds a data file's earlier
+    position deletes into one delete file, so the two thresholds above rarely fire for merge-on-read
+    deletes of a few rows, while every data file carrying a delete file slows every scan (measured
+    in docs/benchmarks.md, "Compaction thresholds", where the value 0.5 is justified). When set, the
+    compaction folds every delete file (``delete-file-threshold`` 1)."""
     max_manifests: int = 100
     """Rewrite manifests when the head snapshot has this many (Iceberg's
     ``commit.manifest.min-count-to-merge``)."""

@@ -32,7 +32,8 @@ from airflow_iceberg_dml.operators.maintenance import (
 )
 from airflow_iceberg_dml.spec import MaintenanceProcedure
 
-#: One set of thresholds for the branch and the compaction task (Amoro-like defaults).
+#: One set of thresholds for the branch and the compaction task: the defaults (Amoro's triggers, plus
+#: compaction once half of a partition's data files carry delete files).
 THRESHOLDS = HealthThresholds()
 
 with DAG(

@@ -196,8 +196,7 @@ def test_zorder_with_where_rewrites_only_the_selected_partition(spark, catalog_h
 def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatch):
     """No Spark application: the Spark connection points at a master that does not exist."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", "spark://192.0.2.1:7077")
-    name = create_orders_table(spark, new_table_name("healthy"), properties=MOR)
-    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id % 100 = 1")  # 1% deleted: healthy
+    name = create_orders_table(spark, new_table_name("healthy"), properties=MOR)  # no deletes
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     operator = IcebergCompactionOperator(task_id="compact", table=name, spark_conn_id="spark_nowhere")
 
@@ -213,30 +212,61 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     assert result["snapshot_id"] == head
     assert result["rewritten_data_files_count"] == 0
     assert result["health_before"]["healthy"] is True
-    assert result["health_before"]["deleted_ratio"] == 0.01
+    assert result["health_before"]["delete_files"] == 0
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
 
-    # force=True (or stricter thresholds) makes the same table need the rewrite.
+    # A 1% DELETE leaves a delete file on every data file (one per partition): the default share of
+    # data files carrying deletes (half) asks for the rewrite, which folds every delete file.
+    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id % 100 = 1")
     health = catalog_hook.health(name)
-    forced = IcebergCompactionOperator(task_id="compact", table=name, force=True)
-    assert forced.not_needed_reason(health) is not None
+    assert health.deleted_ratio == 0.01
+    assert health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert health.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
+        f"partition status={status}: 1 of its 1 data files carry delete files (threshold 50%)"
+        for status in ("F", "O", "P")
+    ]
+    assert operator.not_needed_reason(health) is None
+    calls = operator.procedure_calls(load(catalog_hook, name), health, datetime.now(tz=UTC))
+    assert calls[0].options["delete-file-threshold"] == "1"
+
+    # By Amoro's triggers alone the same table is healthy: a no-op again, without Spark.
+    amoro_only = {"max_files_with_deletes_ratio": None}
+    lenient = IcebergCompactionOperator(
+        task_id="compact", table=name, spark_conn_id="spark_nowhere", health_thresholds=amoro_only
+    )
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    lenient_result = lenient.execute({})
+    assert lenient_result["noop"] is True
+    assert lenient_result["health_before"]["deleted_ratio"] == 0.01
+    assert lenient._spark_hook is None
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+    lenient_health = catalog_hook.health(name, HealthThresholds.from_value(amoro_only))
+    assert lenient_health.healthy
+    assert lenient.procedure_calls(load(catalog_hook, name), lenient_health, datetime.now(tz=UTC)) == []
+
+    # force=True (or a stricter threshold) makes the table need the rewrite all the same.
+    forced = IcebergCompactionOperator(
+        task_id="compact", table=name, force=True, health_thresholds=amoro_only
+    )
+    assert forced.not_needed_reason(lenient_health) is not None
     assert forced.forced
-    calls = forced.procedure_calls(load(catalog_hook, name), health, datetime.now(tz=UTC))
+    calls = forced.procedure_calls(load(catalog_hook, name), lenient_health, datetime.now(tz=UTC))
     assert [call.procedure.value for call in calls][:2] == [
         "rewrite_data_files",
         "rewrite_position_delete_files",
     ]
     assert calls[0].options["delete-file-threshold"] == "1"  # forced: fold every delete file
-    strict = catalog_hook.health(name, HealthThresholds(max_deleted_ratio=0.005))
-    assert strict.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
-    every_delete_counts = HealthThresholds(max_files_with_deletes_ratio=0.5)
-    careful_health = catalog_hook.health(name, every_delete_counts)
-    assert careful_health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
-    careful = IcebergCompactionOperator(task_id="compact", table=name, health_thresholds=every_delete_counts)
-    options = careful.procedure_calls(load(catalog_hook, name), careful_health, datetime.now(tz=UTC))[
+    # With the share off, a stricter deleted-row ratio flags it, and the rewrite keeps Amoro's
+    # delete-file threshold.
+    by_ratio_thresholds = {"max_deleted_ratio": 0.005, "max_files_with_deletes_ratio": None}
+    by_ratio_health = catalog_hook.health(name, HealthThresholds.from_value(by_ratio_thresholds))
+    assert by_ratio_health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    by_ratio = IcebergCompactionOperator(task_id="compact", table=name, health_thresholds=by_ratio_thresholds)
+    options = by_ratio.procedure_calls(load(catalog_hook, name), by_ratio_health, datetime.now(tz=UTC))[
         0
     ].options
-    assert options["delete-file-threshold"] == "1"
+    assert options["delete-file-threshold"] == "2"
+    assert options["delete-ratio-threshold"] == "0.005"
 
 
 # -- compaction racing a DELETE -------------------------------------------------------------------------

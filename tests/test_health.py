@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 MIB = 1024 * 1024
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+#: Amoro's triggers alone (the share of data files carrying deletes off), to test each in isolation.
+AMORO_ONLY = HealthThresholds(max_files_with_deletes_ratio=None)
 
 
 def data(
@@ -92,9 +94,9 @@ def test_small_files_trigger_per_partition_at_the_amoro_count():
 
 def test_deleted_ratio_counts_only_deletes_that_apply_to_live_data():
     files = [data("d1", records=1000), data("d2", records=1000)]
-    under = report([*files, pos("x1", records=199, referenced="d1")])
+    under = report([*files, pos("x1", records=199, referenced="d1")], thresholds=AMORO_ONLY)
     assert under.healthy
-    over = report([*files, pos("x1", records=200, referenced="d1")])
+    over = report([*files, pos("x1", records=200, referenced="d1")], thresholds=AMORO_ONLY)
     assert over.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
     assert over.worst_partitions[0].deleted_ratio == 0.1
     assert "10.0% of its rows deleted" in over.reasons_for(list(MaintenanceProcedure))[0]
@@ -107,7 +109,9 @@ def test_deleted_ratio_counts_only_deletes_that_apply_to_live_data():
 
 def test_sequence_numbers_decide_which_deletes_apply():
     old, new = data("old", seq=1), data("new", seq=5)
-    health = report([old, new, pos("p-same", seq=5), eq("e-same", seq=5), eq("e-old", seq=3)])
+    health = report(
+        [old, new, pos("p-same", seq=5), eq("e-same", seq=5), eq("e-old", seq=3)], thresholds=AMORO_ONLY
+    )
     by_file = health.worst_partitions or ()
     assert health.live_delete_files == 3
     # "new" (seq 5): the position delete of seq 5 applies, the equality deletes of seq <= 5 do not.
@@ -119,29 +123,32 @@ def test_sequence_numbers_decide_which_deletes_apply():
 def test_delete_file_threshold_flags_one_data_file_with_many_deletes():
     files = [data("d1"), data("d2")]
     one_each = [pos("x1", referenced="d1"), pos("x2", referenced="d2")]
-    assert report([*files, *one_each]).healthy
-    two_on_d1 = report([*files, *one_each, pos("x3", referenced="d1", seq=3)])
+    assert report([*files, *one_each], thresholds=AMORO_ONLY).healthy
+    two_on_d1 = report([*files, *one_each, pos("x3", referenced="d1", seq=3)], thresholds=AMORO_ONLY)
     assert two_on_d1.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
     assert two_on_d1.max_delete_files_per_data_file == 2
     custom = report(
         [*files, *one_each, pos("x3", referenced="d1", seq=3)],
-        thresholds=HealthThresholds(delete_file_threshold=3),
+        thresholds=HealthThresholds(delete_file_threshold=3, max_files_with_deletes_ratio=None),
     )
     assert custom.healthy
 
 
-def test_the_opt_in_share_of_data_files_carrying_deletes():
+def test_the_share_of_data_files_carrying_deletes_flags_half_a_partition_by_default():
     files = [data(f"d{i}") for i in range(4)]
     deletes = [pos(f"x{i}", records=1, referenced=f"d{i}") for i in range(2)]  # 2 of 4 files, 2 rows
-    assert report([*files, *deletes]).healthy  # off by default
-    assert report([*files, *deletes]).data_files_with_deletes == 2
-    half = HealthThresholds(max_files_with_deletes_ratio=0.5)
-    flagged = report([*files, *deletes], thresholds=half)
+    flagged = report([*files, *deletes])
+    assert flagged.data_files_with_deletes == 2
     assert flagged.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
     assert flagged.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
         "partition p=1: 2 of its 4 data files carry delete files (threshold 50%)"
     ]
-    assert report([*files, deletes[0]], thresholds=half).healthy
+    assert report([*files, deletes[0]]).healthy  # 1 of 4
+    assert report([*files, *deletes], thresholds=AMORO_ONLY).healthy  # None turns it off
+    quarter = HealthThresholds(max_files_with_deletes_ratio=0.25)
+    assert report([*files, deletes[0]], thresholds=quarter).needs == (
+        MaintenanceProcedure.REWRITE_DATA_FILES,
+    )
 
 
 def test_without_manifest_entries_the_summary_ratio_decides():
@@ -231,6 +238,38 @@ def test_health_of_a_table_after_merge_on_read_deletes(spark, catalog_hook):
     # With a retention of "everything older than now", all but the head are expirable.
     now_ms = int(time.time() * 1000) + 1
     assert catalog_hook.health(table, retention=Retention(now_ms, 1)).expirable_snapshots == 4
+
+
+def test_the_default_flags_a_merge_on_read_table_after_a_few_small_deletes(spark, catalog_hook):
+    """The benchmark's case on a small table: a few DELETEs of rows spread over every partition.
+
+    Each partition has two data files and the deletes touch one of them; every data file keeps one
+    merged delete file and 1.5% of the rows are deleted, so Amoro's triggers alone never fire. The
+    share of data files carrying deletes (half) does, and the reason names it.
+    """
+    name = create_orders_table(
+        spark, new_table_name("health_share"), rows=3000, properties={"write.delete.mode": "merge-on-read"}
+    )
+    spark.sql(  # a second data file in each partition
+        f"INSERT INTO {CATALOG}.{name} SELECT id, id % 100, element_at(array('O', 'F', 'P'), "
+        f"CAST(id % 3 AS INT) + 1), id * 1.5, concat('order ', id) FROM range(3001, 6001)"
+    )
+    for customer in range(3):  # 30 of the first 3,000 orders each, 10 in every status partition
+        spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE customer_id = {customer} AND order_id <= 3000")
+    table = load(catalog_hook, name)
+
+    health = catalog_hook.health(table)
+    assert health.data_files == 6
+    assert health.data_files_with_deletes == 3
+    assert health.max_delete_files_per_data_file == 1
+    assert health.deleted_ratio == 0.015
+    assert health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
+    assert health.partitions == health.partitions_needing_compaction == 3
+    assert health.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
+        f"partition status={status}: 1 of its 2 data files carry delete files (threshold 50%)"
+        for status in ("F", "O", "P")
+    ]
+    assert catalog_hook.health(table, AMORO_ONLY).healthy
 
 
 def test_health_check_reads_no_data_file(spark, catalog_hook, tmp_path):

@@ -51,10 +51,10 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
 
     First, without Spark, the table's health is read from its metadata
     (:meth:`IcebergCatalogHook.health <airflow_iceberg_dml.hooks.catalog.IcebergCatalogHook.health>`):
-    per partition, the share of deleted rows, the delete files per data file and the small files;
-    and the number of manifests. When no threshold is crossed the task returns a no-op result saying
-    so and starts no Spark application; ``force=True`` compacts anyway. Otherwise one Spark
-    application runs, in order:
+    per partition, the share of deleted rows, the delete files per data file, the share of data
+    files carrying a delete file and the small files; and the number of manifests. When no
+    threshold is crossed the task returns a no-op result saying so and starts no Spark application;
+    ``force=True`` compacts anyway. Otherwise one Spark application runs, in order:
 
     1. ``rewrite_data_files``: rewrites the files that are small or carry too many deletes, so that
        no delete file applies to the rewritten data any more;
@@ -75,9 +75,10 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
     :param target_file_size_bytes: Size of the files written (default: the table's
         ``write.target-file-size-bytes``).
     :param delete_file_threshold: Rewrite a data file that this many delete files apply to
-        (default: ``health_thresholds.delete_file_threshold``, 2; 1 with ``force=True`` or when
-        ``health_thresholds.max_files_with_deletes_ratio`` is set: every data file that carries a
-        delete is rewritten).
+        (default: 1, every data file that carries a delete is rewritten, since
+        ``health_thresholds.max_files_with_deletes_ratio`` is on by default (0.5), and with
+        ``force=True``; with ``max_files_with_deletes_ratio=None`` and without ``force``,
+        ``health_thresholds.delete_file_threshold``, 2).
     :param delete_ratio_threshold: Rewrite a data file whose deleted rows reach this fraction of its
         rows (default: ``health_thresholds.max_deleted_ratio``, 0.1).
     :param partial_progress: Commit file groups as they finish (``partial-progress.enabled``): a
