@@ -1,4 +1,4 @@
-"""Quickstart: a privacy DELETE and a partition-moving UPDATE on TPC-H orders, on real Spark + Iceberg.
+"""Quickstart: a privacy DELETE, a partition-moving UPDATE and a compaction, on real Spark + Iceberg.
 
 1. ``create_demo_table`` generates TPC-H ``orders`` (scale factor 0.01, 15,000 rows) with the
    ``tpchgen-cli`` package and loads it into ``demo.orders``, partitioned by order status and
@@ -8,7 +8,10 @@
 3. ``fulfil_pending_orders`` marks the urgent pending orders as fulfilled. The status is a
    partition column, so the rows move from partition P to F, in one commit pinned to the
    snapshot the DELETE made.
-4. ``summary_before`` / ``summary_after`` log rows per partition, delete files and snapshots.
+4. ``compact`` reads the table's health from its metadata and, since the two changes left delete
+   files on the partitions they touched, rewrites those partitions' data files without them
+   (merge-on-read makes writes cheap and reads pay until compaction).
+5. ``summary_before`` / ``summary_after`` log rows per partition, delete files and snapshots.
 
 Run it with ``make demo`` (embedded catalog, Spark ``local[*]``), or from the Airflow UI.
 Against another catalog or cluster, set the ``iceberg_default`` and ``spark_default`` connections.
@@ -26,6 +29,7 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 
@@ -110,7 +114,7 @@ def summary(moment: str, catalog_conn_id: str = "iceberg_default") -> dict[str, 
 
 with DAG(
     "iceberg_dml_quickstart",
-    description="DELETE and UPDATE on an Iceberg table, run as Spark applications",
+    description="DELETE, UPDATE and compaction on an Iceberg table, run as Spark applications",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -132,8 +136,9 @@ with DAG(
         where="o_orderstatus = 'P' AND o_orderpriority = '1-URGENT'",
         expected_snapshot_id="{{ ti.xcom_pull(task_ids='erase_customers')['snapshot_id'] }}",
     )
+    compact = IcebergCompactionOperator(task_id="compact", table=TABLE)
     after = summary.override(task_id="summary_after")("after")
-    created >> before >> erase >> fulfil >> after
+    created >> before >> erase >> fulfil >> compact >> after
 
 
 if __name__ == "__main__":
