@@ -90,8 +90,10 @@ def spark(catalog_hook: IcebergCatalogHook) -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-    # py4j logs its shutdown at INFO from __del__, after pytest has closed the streams.
+    # py4j logs its shutdown at INFO from __del__, after pytest has closed the streams (through its
+    # own logger and through the root logger): drop those records rather than print "Logging error".
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.raiseExceptions = False
 
 
 def new_table_name(prefix: str = "t") -> str:
