@@ -17,7 +17,6 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.jobs.sql import expression_problem, split_table_name
 from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
@@ -40,6 +39,8 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 
 
 def table_asset_uri(catalog_conn_id: str, table: str) -> str:
@@ -270,16 +271,9 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
             write_mode.value,
             self.where,
         )
-        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
-        try:
-            record = self._spark_hook.submit(
-                spec,
-                catalog_hook.catalog_config,
-                name=f"iceberg-dml-{ti.dag_id}-{ti.task_id}",
-                on_started=self._remember_in(store),
-            )
-        finally:
-            self._forget(store)
+        record = self._submit(
+            spec, catalog_hook.catalog_config, f"iceberg-dml-{ti.dag_id}-{ti.task_id}", store
+        )
         result = self._result(catalog_hook, run_key, record, head_id, started)
         self._emit_asset_event(context, result)
         self._log_result(result)

@@ -17,11 +17,14 @@ from airflow.sdk.exceptions import AirflowRuntimeError
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, LocalProcess
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from airflow.sdk import Context
     from airflow.sdk.types import Logger
     from pydantic import JsonValue
+
+    from airflow_iceberg_dml.catalog_config import CatalogConfig
+    from airflow_iceberg_dml.spec import JobRecord, JobSpec
 
 #: Task state store key of the running spark-submit. Renaming it strands the processes that
 #: running tries have stored under the old name.
@@ -57,9 +60,17 @@ class DurableSubmitMixin:
             self.log.debug("No task state store (Airflow 3.3+): a retry cannot re-attach to this job.")
         return store
 
-    def _remember_in(self, store: TaskStateStore | None) -> Callable[[LocalProcess], None] | None:
-        """The hook's ``on_started``: record the process for a later try."""
-        return None if store is None else partial(_remember, store)
+    def _submit(
+        self, spec: JobSpec, catalog: CatalogConfig, name: str, store: TaskStateStore | None
+    ) -> JobRecord | None:
+        """Run the job through a new spark-submit hook, its process recorded in ``store`` meanwhile."""
+        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
+        try:
+            return self._spark_hook.submit(
+                spec, catalog, name=name, on_started=None if store is None else partial(_remember, store)
+            )
+        finally:
+            self._forget(store)
 
     def _forget(self, store: TaskStateStore | None) -> None:
         if store is None:

@@ -19,7 +19,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.jobs import procedures
 from airflow_iceberg_dml.jobs.sql import split_table_name
 from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
@@ -38,6 +37,8 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
     from pyiceberg.table import Table
+
+    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 
 
 class MaintenanceResult(TypedDict):
@@ -191,16 +192,9 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
             conflict_retries=self.conflict_retry_limit,
         )
         head_before = health.snapshot_id
-        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
-        try:
-            record = self._spark_hook.submit(
-                spec,
-                catalog_hook.catalog_config,
-                name=f"iceberg-maintenance-{ti.dag_id}-{ti.task_id}",
-                on_started=self._remember_in(store),
-            )
-        finally:
-            self._forget(store)
+        record = self._submit(
+            spec, catalog_hook.catalog_config, f"iceberg-maintenance-{ti.dag_id}-{ti.task_id}", store
+        )
         table_after = catalog_hook.load_table(self.table)
         health_after = catalog_hook.health(table_after, thresholds, retention=self.retention(now))
         commits = self._commits(catalog_hook, table_after, record, run_key, head_before)
