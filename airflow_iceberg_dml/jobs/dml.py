@@ -29,6 +29,7 @@ from airflow_iceberg_dml.jobs.runner import (
     error_condition,
     error_message,
     java_class_name,
+    load_iceberg_table,
     log,
     run_job,
     run_main,
@@ -348,23 +349,7 @@ class DmlJob:
     # -- table and validation ----------------------------------------------------------------
 
     def _load_table(self) -> Any:
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import AnalysisException
-
-        jvm = self.spark._jvm
-        assert jvm is not None, "the DML job needs classic (JVM) Spark, not Spark Connect"
-        try:
-            return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self.spark._jsparkSession, self.table_name
-            )
-        except (Py4JJavaError, AnalysisException) as error:
-            if "NoSuchTable" in java_class_name(error) or error_condition(error).startswith(
-                "TABLE_OR_VIEW_NOT_FOUND"
-            ):
-                raise TableNotFoundError(
-                    f"Table {self.spec.table!r} does not exist in catalog {self.spec.catalog!r}."
-                ) from None
-            raise
+        return load_iceberg_table(self.spark, self.table_name, self.spec.table, self.spec.catalog)
 
     def _head_snapshot_id(self, iceberg_table: Any) -> int | None:
         iceberg_table.refresh()

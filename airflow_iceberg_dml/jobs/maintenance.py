@@ -27,14 +27,13 @@ from airflow_iceberg_dml.exceptions import (
     ConcurrentCommitError,
     InvalidMaintenanceOptionError,
     InvalidPredicateError,
-    TableNotFoundError,
     UnknownColumnError,
 )
 from airflow_iceberg_dml.jobs import procedures, sql
 from airflow_iceberg_dml.jobs.runner import (
     error_condition,
     error_message,
-    java_class_name,
+    load_iceberg_table,
     log,
     run_job,
     run_main,
@@ -143,21 +142,7 @@ class MaintenanceJob:
     # -- table and validation ----------------------------------------------------------------
 
     def _load_table(self) -> Any:
-        from py4j.protocol import Py4JJavaError
-        from pyspark.errors import AnalysisException
-
-        try:
-            return self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                self.spark._jsparkSession, self.table_name
-            )
-        except (Py4JJavaError, AnalysisException) as error:
-            if "NoSuchTable" in java_class_name(error) or error_condition(error).startswith(
-                "TABLE_OR_VIEW_NOT_FOUND"
-            ):
-                raise TableNotFoundError(
-                    f"Table {self.spec.table!r} does not exist in catalog {self.spec.catalog!r}."
-                ) from None
-            raise
+        return load_iceberg_table(self.spark, self.table_name, self.spec.table, self.spec.catalog)
 
     @staticmethod
     def _head_snapshot_id(table: Any) -> int | None:

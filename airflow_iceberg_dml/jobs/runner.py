@@ -15,9 +15,9 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError
+from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError, TableNotFoundError
 from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
@@ -78,6 +78,25 @@ def error_condition(error: BaseException) -> str:
     """Spark's error condition (e.g. ``UNRESOLVED_COLUMN.WITH_SUGGESTION``), or ``""``."""
     get_condition = getattr(error, "getCondition", None)
     return str(get_condition() or "") if callable(get_condition) else ""
+
+
+def load_iceberg_table(spark: SparkSession, table_name: str, table: str, catalog: str) -> Any:
+    """The Iceberg Java ``Table`` of ``table_name`` (Spark's quoted name of ``table`` in ``catalog``).
+
+    A missing table raises ``TableNotFoundError`` naming ``table`` and ``catalog``.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import AnalysisException
+
+    jvm = spark._jvm
+    assert jvm is not None, "the jobs need classic (JVM) Spark, not Spark Connect"
+    try:
+        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_name)
+    except (Py4JJavaError, AnalysisException) as error:
+        missing = "NoSuchTable" in java_class_name(error)
+        if missing or error_condition(error).startswith("TABLE_OR_VIEW_NOT_FOUND"):
+            raise TableNotFoundError(f"Table {table!r} does not exist in catalog {catalog!r}.") from None
+        raise
 
 
 def write_record(path: str | None, record: JobRecord) -> None:

@@ -6,11 +6,9 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
-    IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
@@ -19,6 +17,7 @@ from airflow_iceberg_dml.exceptions import (
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.jobs.sql import expression_problem, split_table_name
 from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
+from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
 from airflow_iceberg_dml.spec import (
     DmlSpec,
@@ -205,14 +204,8 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
             )
 
     def execute(self, context: Context) -> DmlResult:
-        started = time.monotonic()
-        try:
-            return self._run(context, started)
-        except (IcebergDmlError, ValueError) as error:
-            if isinstance(error, IcebergDmlError) and error.retryable:
-                raise
-            # Bad input: retrying cannot help, so fail the task without using up its retries.
-            raise AirflowFailException(f"{type(error).__name__}: {error}") from error
+        with bad_input_fails_the_task():
+            return self._run(context, time.monotonic())
 
     def _run(self, context: Context, started: float) -> DmlResult:
         write_mode = WriteMode(self.write_mode)

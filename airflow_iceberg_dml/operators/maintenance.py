@@ -14,14 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.jobs import procedures
 from airflow_iceberg_dml.jobs.sql import split_table_name
 from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
+from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.spec import (
     ExpireSnapshotsCall,
     JobRecord,
@@ -145,14 +144,8 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
     # -- execution ----------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        started = time.monotonic()
-        try:
-            return self._run(context, started)
-        except (IcebergDmlError, ValueError) as error:
-            if isinstance(error, IcebergDmlError) and error.retryable:
-                raise
-            # Bad input: retrying cannot help, so fail the task without using up its retries.
-            raise AirflowFailException(f"{type(error).__name__}: {error}") from error
+        with bad_input_fails_the_task():
+            return self._run(context, time.monotonic())
 
     def _run(self, context: Context, started: float) -> MaintenanceResult:
         now = datetime.now(tz=UTC)
