@@ -142,6 +142,18 @@ class JobSpec(Protocol):
     def to_json(self) -> str: ...
 
 
+def _spec_payload(text: str) -> dict[str, Any]:
+    """A job spec's JSON, refused when another version of the package wrote it."""
+    payload: dict[str, Any] = json.loads(text)
+    version = payload.get("version")
+    if version != SPEC_VERSION:
+        raise ValueError(
+            f"Job spec version {version!r} is not supported by this job (expects {SPEC_VERSION}); "
+            "the Airflow side and the Spark side run different package versions."
+        )
+    return payload
+
+
 @dataclass(frozen=True)
 class DmlSpec:
     """One DELETE or UPDATE, as the Spark job receives it.
@@ -206,13 +218,7 @@ class DmlSpec:
 
     @classmethod
     def from_json(cls, text: str) -> DmlSpec:
-        payload: dict[str, Any] = json.loads(text)
-        version = payload.get("version")
-        if version != SPEC_VERSION:
-            raise ValueError(
-                f"Job spec version {version!r} is not supported by this job (expects {SPEC_VERSION}); "
-                "the Airflow side and the Spark side run different package versions."
-            )
+        payload = _spec_payload(text)
         payload["kind"] = JobKind(payload["kind"])
         payload["write_mode"] = WriteMode(payload["write_mode"])
         if payload.get("run_key"):
@@ -408,13 +414,7 @@ class MaintenanceSpec:
 
     @classmethod
     def from_json(cls, text: str) -> MaintenanceSpec:
-        payload: dict[str, Any] = json.loads(text)
-        version = payload.get("version")
-        if version != SPEC_VERSION:
-            raise ValueError(
-                f"Job spec version {version!r} is not supported by this job (expects {SPEC_VERSION}); "
-                "the Airflow side and the Spark side run different package versions."
-            )
+        payload = _spec_payload(text)
         calls: list[ProcedureCall] = []
         for raw in payload.pop("calls"):
             fields = dict(raw)
