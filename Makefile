@@ -44,7 +44,7 @@ test: $(JARS_READY)
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy airflow_iceberg_dml
+	$(BIN)/mypy airflow_iceberg_dml bench
 
 bench: $(JARS_READY) $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python -m bench $(BENCH_ARGS)

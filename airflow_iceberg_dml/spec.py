@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, get_args
 
 from airflow_iceberg_dml import __version__
 
@@ -373,14 +373,7 @@ ProcedureCall = (
     | RemoveOrphanFilesCall
 )
 _CALL_TYPES: dict[MaintenanceProcedure, type[ProcedureCall]] = {
-    call_type.procedure: call_type
-    for call_type in (
-        RewriteDataFilesCall,
-        RewritePositionDeleteFilesCall,
-        RewriteManifestsCall,
-        ExpireSnapshotsCall,
-        RemoveOrphanFilesCall,
-    )
+    call_type.procedure: call_type for call_type in get_args(ProcedureCall)
 }
 
 

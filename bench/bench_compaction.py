@@ -56,20 +56,6 @@ STATES = ("after deletes", "after compaction", "fresh")
 TARGET_RATIO = 1.10
 
 
-def full_scan(source: str) -> str:
-    """Every row (and so every delete file): as ``bench.tpch.full_scan_query``."""
-    return f"SELECT count(*) AS n, sum(l_quantity) AS quantity FROM {source}"
-
-
-def selective(source: str) -> str:
-    """TPC-H Q6, as ``bench.tpch.selective_query``."""
-    return (
-        f"SELECT sum(l_extendedprice * l_discount) AS revenue FROM {source} "
-        "WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' "
-        "AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24"
-    )
-
-
 def _collect(spark: SparkSession, query: str) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in spark.sql(query).collect()]
 
@@ -216,16 +202,16 @@ def main(argv: list[str] | None = None) -> None:
             "fresh": fresh_id,
         }
         # Same rows in all three states, and a warm-up read of each (JIT, caches) before timing.
-        answers = {state: _collect(spark, full_scan(source)) for state, source in sources.items()}
+        answers = {state: _collect(spark, tpch.full_scan_query(source)) for state, source in sources.items()}
         if len({repr(answer) for answer in answers.values()}) != 1:
             raise AssertionError(f"the three table states differ: {answers}")
         for source in sources.values():
-            _collect(spark, selective(source))
+            _collect(spark, tpch.selective_query(source))
         reads: dict[str, dict[str, Samples]] = {
             state: {"full": Samples(), "selective": Samples()} for state in STATES
         }
         for _, state in interleaved(runs, STATES):
-            for query, build in (("full", full_scan), ("selective", selective)):
+            for query, build in (("full", tpch.full_scan_query), ("selective", tpch.selective_query)):
                 seconds, _ = timed(partial(_collect, spark, build(sources[state])))
                 reads[state][query].add(seconds)
         health = _time_health(hook, _health_table(spark, hook, health_files), max(3, runs))

@@ -184,10 +184,10 @@ class Runner:
         full_scan, selective = Samples(), Samples()
         rows = 0
         for _ in range(runs):
-            seconds, (row,) = timed(partial(self.query, full_scan_query(lineitem)))
+            seconds, (row,) = timed(partial(self.query, full_scan_query(lineitem.identifier)))
             full_scan.add(seconds)
             rows = int(row.n)
-            selective.add(timed(partial(self.query, selective_query(lineitem)))[0])
+            selective.add(timed(partial(self.query, selective_query(lineitem.identifier)))[0])
         return full_scan.median, selective.median, rows
 
     def trial(self, method: Method, change: Change, trials: Trials) -> None:

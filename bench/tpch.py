@@ -98,15 +98,17 @@ class TpchTables:
         return int(row.n)
 
 
-def full_scan_query(lineitem: BenchTable) -> str:
-    """Reads every row of ``lineitem`` (and so every delete file): row count and total quantity."""
-    return f"SELECT count(*) AS n, sum(l_quantity) AS quantity FROM {lineitem.identifier}"
+def full_scan_query(lineitem: str) -> str:
+    """Reads every row of ``lineitem`` (a table name, or one ``VERSION AS OF`` a snapshot), and so
+    every delete file: row count and total quantity."""
+    return f"SELECT count(*) AS n, sum(l_quantity) AS quantity FROM {lineitem}"
 
 
-def selective_query(lineitem: BenchTable) -> str:
-    """TPC-H Q6: one year of ship dates (12 monthly partitions) plus discount and quantity filters."""
+def selective_query(lineitem: str) -> str:
+    """TPC-H Q6 on ``lineitem``: one year of ship dates (12 monthly partitions) plus discount and
+    quantity filters."""
     return (
-        f"SELECT sum(l_extendedprice * l_discount) AS revenue FROM {lineitem.identifier} "
+        f"SELECT sum(l_extendedprice * l_discount) AS revenue FROM {lineitem} "
         "WHERE l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' "
         "AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24"
     )
