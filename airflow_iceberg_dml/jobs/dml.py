@@ -26,9 +26,9 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.jobs import sql
 from airflow_iceberg_dml.jobs.runner import (
+    commit_conflict,
     error_condition,
     error_message,
-    java_class_name,
     load_iceberg_table,
     log,
     run_job,
@@ -55,17 +55,9 @@ ICEBERG_DEFAULT_WRITE_MODE = WriteMode.COPY_ON_WRITE
 _MODE_PROPERTY = {JobKind.DELETE: "write.delete.mode", JobKind.UPDATE: "write.update.mode"}
 
 
+#: Iceberg's commit conflicts: validation refused the commit, the commit lost a race, or its state is
+#: unknown (then only the run key tells whether it landed).
 _CONFLICTS = ("ValidationException", "CommitFailedException", "CommitStateUnknownException")
-
-
-def _commit_conflict(error: BaseException) -> str | None:
-    """The Iceberg commit conflict behind ``error`` ("<class>: <message>"), or None for other errors."""
-    text = f"{java_class_name(error)} {error}"
-    for name in _CONFLICTS:
-        if name in text:
-            first_line = next((line for line in error_message(error).splitlines() if line.strip()), name)
-            return f"{name}: {first_line.strip()[:300]}"
-    return None
 
 
 def _one_line(statement: str) -> str:
@@ -116,7 +108,7 @@ class DmlJob:
             try:
                 return self._attempt(iceberg_table)
             except Exception as error:
-                conflict = _commit_conflict(error)
+                conflict = commit_conflict(error, _CONFLICTS)
                 if conflict is None:
                     raise
                 state_unknown = "CommitStateUnknown" in conflict

@@ -31,8 +31,10 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.jobs import procedures, sql
 from airflow_iceberg_dml.jobs.runner import (
+    commit_conflict,
     error_condition,
     error_message,
+    java_causes,
     load_iceberg_table,
     log,
     run_job,
@@ -61,24 +63,6 @@ if TYPE_CHECKING:
 #: remove_orphan_files can list many files; the record keeps this many of them (and the count).
 MAX_LISTED_ORPHANS = 1000
 _CONFLICT_EXCEPTIONS = ("ValidationException", "CommitFailedException")
-
-
-def _java_causes(error: BaseException) -> list[tuple[str, str]]:
-    """(class name, message) of a Java exception and its causes, outermost first."""
-    causes: list[tuple[str, str]] = []
-    java_exception = getattr(error, "java_exception", None)
-    while java_exception is not None and len(causes) < 20:
-        causes.append((str(java_exception.getClass().getName()), str(java_exception.getMessage())))
-        java_exception = java_exception.getCause()
-    return causes
-
-
-def conflict_message(error: BaseException) -> str | None:
-    """Iceberg's message when ``error`` is a commit conflict (validation or commit failure), else None."""
-    for class_name, message in _java_causes(error):
-        if class_name.rsplit(".", 1)[-1] in _CONFLICT_EXCEPTIONS:
-            return message.splitlines()[0][:500]
-    return None
 
 
 class MaintenanceJob:
@@ -316,7 +300,7 @@ class MaintenanceJob:
             try:
                 output = attempt()
             except Exception as error:
-                conflict = conflict_message(error)
+                conflict = commit_conflict(error, _CONFLICT_EXCEPTIONS)
                 if conflict is None:
                     raise
                 if number == retries:
@@ -389,7 +373,7 @@ def run_spec(spark: SparkSession, spec: MaintenanceSpec) -> JobRecord:
 
 def _invalid_options(error: Exception) -> InvalidMaintenanceOptionError | None:
     """Iceberg's own option check failed: the options are bad, not the run."""
-    causes = _java_causes(error)
+    causes = java_causes(error)
     if causes and "Cannot use options" in causes[-1][1]:
         return InvalidMaintenanceOptionError(causes[-1][1])
     return None

@@ -80,6 +80,28 @@ def error_condition(error: BaseException) -> str:
     return str(get_condition() or "") if callable(get_condition) else ""
 
 
+def java_causes(error: BaseException) -> list[tuple[str, str]]:
+    """(class name, message) of the Java exception behind ``error`` and its causes, outermost first."""
+    causes: list[tuple[str, str]] = []
+    # py4j's errors carry it as java_exception; PySpark's captured SQL errors as _origin.
+    java_exception = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    while java_exception is not None and len(causes) < 20:
+        causes.append((str(java_exception.getClass().getName()), str(java_exception.getMessage())))
+        java_exception = java_exception.getCause()
+    return causes
+
+
+def commit_conflict(error: BaseException, kinds: tuple[str, ...]) -> str | None:
+    """``"<Exception>: <first line>"`` when one of ``kinds`` (Iceberg exception class names) is behind
+    ``error``, else None."""
+    for class_name, message in java_causes(error):
+        kind = class_name.rsplit(".", 1)[-1]
+        if kind in kinds:
+            first_line = next((line for line in message.splitlines() if line.strip()), "")
+            return f"{kind}: {first_line.strip()[:300]}"
+    return None
+
+
 def load_iceberg_table(spark: SparkSession, table_name: str, table: str, catalog: str) -> Any:
     """The Iceberg Java ``Table`` of ``table_name`` (Spark's quoted name of ``table`` in ``catalog``).
 
