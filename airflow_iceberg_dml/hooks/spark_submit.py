@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import airflow_iceberg_dml
@@ -228,12 +228,16 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
         self._on_started = on_started
         super().__init__(**kwargs)
 
+    def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]  # needs the instance
+        if conn_id == self._conn_id and self._default_master:
+            # The caller found no connection: a stand-in on the local master lets the provider apply its
+            # own defaults without logging that it falls back to yarn.
+            self.log.info("No Spark connection %r: running on %s", conn_id, self._default_master)
+            return Connection(conn_id=conn_id, conn_type="spark", host=self._default_master)
+        return super().get_connection(conn_id)
+
     def _resolve_connection(self) -> dict[str, Any]:
         data = super()._resolve_connection()
-        if self._default_master:
-            # The provider has just logged that it defaults to yarn; say what really happens.
-            self.log.info("No Spark connection %r: running on %s", self._conn_id, self._default_master)
-            data["master"] = self._default_master
         check_deploy_mode(data["master"], data["deploy_mode"])
         return data
 
