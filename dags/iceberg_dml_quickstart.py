@@ -1,8 +1,9 @@
 """Quickstart: a privacy DELETE, a partition-moving UPDATE and a compaction, on real Spark + Iceberg.
 
 1. ``create_demo_table`` generates TPC-H ``orders`` (scale factor 0.01, 15,000 rows) with the
-   ``tpchgen-cli`` package and loads it into ``demo.orders``, partitioned by order status and
-   order year, configured merge-on-read. Re-running replaces it, so every run starts the same.
+   ``tpchgen-cli`` package (``pip install "airflow-iceberg-dml[quickstart]"``) and loads it into
+   ``demo.orders``, partitioned by order status and order year, configured merge-on-read.
+   Re-running replaces it, so every run starts the same.
 2. ``erase_customers`` deletes the orders of two customers (an erasure request): position delete
    files, no data file rewritten.
 3. ``fulfil_pending_orders`` marks the urgent pending orders as fulfilled. The status is a
@@ -19,6 +20,7 @@ Against another catalog or cluster, set the ``iceberg_default`` and ``spark_defa
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,19 @@ from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 
 TABLE = "demo.orders"
 SCALE_FACTOR = "0.01"
+INSTALL_QUICKSTART = 'pip install "airflow-iceberg-dml[quickstart]"'
+
+
+def tpchgen_cli(python: str = sys.executable) -> str:
+    """The ``tpchgen-cli`` program: beside this interpreter (its virtualenv), else on the PATH."""
+    beside = Path(python).with_name("tpchgen-cli")
+    found = str(beside) if beside.is_file() else shutil.which("tpchgen-cli")
+    if found is None:
+        raise FileNotFoundError(
+            "The quickstart generates its TPC-H data with tpchgen-cli, which is not installed. "
+            f"Install the quickstart extra into the Airflow environment: {INSTALL_QUICKSTART}"
+        )
+    return found
 
 
 @task
@@ -48,9 +63,8 @@ def create_demo_table(catalog_conn_id: str = "iceberg_default") -> int:
     from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, NestedField, StringType
 
     with tempfile.TemporaryDirectory() as folder:
-        generator = Path(sys.executable).with_name("tpchgen-cli")
         subprocess.run(
-            [str(generator), "parquet", "-s", SCALE_FACTOR, "--tables", "orders", "--output-dir", folder],
+            [tpchgen_cli(), "parquet", "-s", SCALE_FACTOR, "--tables", "orders", "--output-dir", folder],
             check=True,
         )
         generated = pq.read_table(Path(folder) / "orders.parquet")

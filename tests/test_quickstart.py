@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import run_dag, task_states, xcom_result
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.spark_submit
@@ -34,3 +40,34 @@ def test_the_quickstart_dag_deletes_updates_and_compacts(catalog_hook, airflow_d
     assert after["delete_files"] == 0
     table = catalog_hook.load_table(TABLE)
     assert table.current_snapshot().summary["total-delete-files"] == "0"
+
+
+def test_without_tpchgen_cli_the_quickstart_says_which_extra_to_install(tmp_path, monkeypatch):
+    from dags.iceberg_dml_quickstart import tpchgen_cli
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=re.escape('pip install "airflow-iceberg-dml[quickstart]"')):
+        tpchgen_cli(python=str(tmp_path / "python"))
+
+
+def test_tpchgen_cli_is_found_beside_the_interpreter_or_on_the_path(tmp_path, monkeypatch):
+    from dags.iceberg_dml_quickstart import tpchgen_cli
+
+    venv_bin, path_bin = tmp_path / "venv", tmp_path / "bin"
+    for folder in (venv_bin, path_bin):
+        folder.mkdir()
+        program = folder / "tpchgen-cli"
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    monkeypatch.setenv("PATH", str(path_bin))
+    assert tpchgen_cli(python=str(venv_bin / "python")) == str(venv_bin / "tpchgen-cli")
+    assert tpchgen_cli(python=str(tmp_path / "python")) == str(path_bin / "tpchgen-cli")
+
+
+def test_the_quickstart_extra_installs_the_generator_and_the_readme_names_it():
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert any(
+        requirement.startswith("tpchgen-cli")
+        for requirement in pyproject["project"]["optional-dependencies"]["quickstart"]
+    )
+    assert 'pip install "airflow-iceberg-dml[quickstart]"' in (REPO / "README.md").read_text()
