@@ -10,6 +10,9 @@ Jars are found in this order:
 2. The jar cache, ``AIRFLOW_ICEBERG_DML_JAR_CACHE`` (default ``~/.cache/airflow-iceberg-dml/jars``),
    filled on first use by Maven (``mvn dependency:copy``), or ahead of time with
    ``python -m airflow_iceberg_dml.runtime fetch``.
+
+Each job's private folder (spec, Spark properties, result) is made under
+``AIRFLOW_ICEBERG_DML_TMPDIR``, default the system temporary folder (which honours ``TMPDIR``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +37,7 @@ POSTGRESQL_JDBC_VERSION = "42.7.8"
 JARS_ENV = "AIRFLOW_ICEBERG_DML_JARS"
 JAR_CACHE_ENV = "AIRFLOW_ICEBERG_DML_JAR_CACHE"
 HOME_ENV = "AIRFLOW_ICEBERG_DML_HOME"
+TMPDIR_ENV = "AIRFLOW_ICEBERG_DML_TMPDIR"
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,16 @@ def jar_cache_dir() -> Path:
     if configured:
         return Path(configured).expanduser().resolve()
     return Path("~/.cache/airflow-iceberg-dml/jars").expanduser()
+
+
+def temp_dir() -> Path:
+    """Where jobs make their private folders: ``AIRFLOW_ICEBERG_DML_TMPDIR``, else the system temp folder."""
+    configured = os.environ.get(TMPDIR_ENV)
+    if not configured:
+        return Path(tempfile.gettempdir())
+    folder = Path(configured).expanduser().resolve()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def resolve_jars(artifacts: tuple[MavenArtifact, ...] = DEFAULT_ARTIFACTS) -> list[str]:

@@ -21,6 +21,15 @@ import pytest
 
 _STATE = Path(tempfile.mkdtemp(prefix="iceberg-dml-tests-"))
 atexit.register(shutil.rmtree, _STATE, ignore_errors=True)
+#: The session's own temporary folder. Every process the tests start (the task runner, spark-submit,
+#: the JVMs' local dirs) inherits it, so what a test finds there is this session's, never the files
+#: of another Airflow or test run on the same machine.
+SESSION_TMP = _STATE / "tmp"
+SESSION_TMP.mkdir()
+os.environ["TMPDIR"] = str(SESSION_TMP)
+os.environ["SPARK_LOCAL_DIRS"] = str(SESSION_TMP)
+tempfile.tempdir = str(SESSION_TMP)
+os.environ.pop("AIRFLOW_ICEBERG_DML_TMPDIR", None)  # job folders follow TMPDIR, as by default
 os.environ["AIRFLOW_HOME"] = str(_STATE / "airflow")
 os.environ["AIRFLOW_ICEBERG_DML_HOME"] = str(_STATE / "iceberg")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties, spark_catalog_name
 from airflow_iceberg_dml.exceptions import CatalogConfigError, InvalidPredicateError, error_from_record
 from airflow_iceberg_dml.hooks.spark_submit import (
@@ -158,6 +160,14 @@ def test_catalog_name_is_the_connection_id():
 # -- spark-submit: properties file, command line, log routing -------------------------------------
 
 
+def test_job_folders_go_under_the_configured_temp_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(runtime.TMPDIR_ENV, raising=False)
+    assert runtime.temp_dir() == Path(tempfile.gettempdir())
+    monkeypatch.setenv(runtime.TMPDIR_ENV, str(tmp_path / "jobs" / "tmp"))
+    assert runtime.temp_dir() == tmp_path / "jobs" / "tmp"
+    assert stat.S_IMODE((tmp_path / "jobs" / "tmp").stat().st_mode) == 0o700
+
+
 def test_properties_file_escapes_java_specials():
     assert escape_property("a=b:c#d!e\\f\nx") == "a\\=b\\:c\\#d\\!e\\\\f\\nx"
     assert escape_property(" lead") == "\\ lead"
@@ -274,7 +284,9 @@ def test_record_round_trips_and_errors_come_back_by_name():
     error = error_from_record("InvalidPredicateError", "bad")
     assert isinstance(error, InvalidPredicateError)
     assert str(error) == "bad"
-    assert type(error_from_record("SomethingElse", "x")).__name__ == "SparkJobError"
+    # A class this side does not know is never retryable unless the job said so.
+    assert error_from_record("SomethingElse", "x").retryable is False
+    assert type(error_from_record("SomethingElse", "x", retryable=True)).__name__ == "SparkJobError"
 
 
 def test_run_key_matches_any_try():

@@ -317,7 +317,7 @@ class IcebergSparkSubmitHook(BaseHook):
         remote_driver = deploy_mode == "cluster"
         artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
         jars = runtime.resolve_jars(artifacts)
-        with tempfile.TemporaryDirectory(prefix=_FOLDER_PREFIX) as folder_name:
+        with tempfile.TemporaryDirectory(prefix=_FOLDER_PREFIX, dir=runtime.temp_dir()) as folder_name:
             folder = Path(folder_name)
             result_path = None if remote_driver else folder / "result.json"
             spec = replace(spec, result_path=str(result_path) if result_path else None)
