@@ -1,10 +1,15 @@
 """Errors raised by airflow-iceberg-dml, one class per condition a user can act on.
 
-This module has no Airflow import: the Spark job raises the same classes, and reports them by
-name so that the Airflow side raises the same class again (see :func:`error_from_record`).
+This module has no Airflow import: the Spark job raises the same classes and reports each by name,
+with its ``retryable`` flag, so that the Airflow side raises the same class again (see
+:func:`error_from_record`). Every subclass is known by name as soon as it is defined: there is no
+list to keep.
 """
 
 from __future__ import annotations
+
+#: Every error class of this package by name, filled in as each class is defined.
+_BY_NAME: dict[str, type[IcebergDmlError]] = {}
 
 
 class IcebergDmlError(Exception):
@@ -12,6 +17,10 @@ class IcebergDmlError(Exception):
 
     #: False when retrying the task cannot help (bad input): the operator then fails without retry.
     retryable = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        _BY_NAME[cls.__name__] = cls
 
 
 class TableNotFoundError(IcebergDmlError):
@@ -60,6 +69,10 @@ class CatalogConfigError(IcebergDmlError):
     """The catalog connection cannot be turned into a catalog configuration."""
 
 
+class CatalogConnectionNotFoundError(CatalogConfigError):
+    """The ``iceberg`` connection named by ``catalog_conn_id`` does not exist (only the default may be absent)."""
+
+
 class JarResolutionError(IcebergDmlError):
     """The Iceberg runtime jars could not be found or fetched."""
 
@@ -98,32 +111,15 @@ class UnsafeRetentionError(IcebergDmlError, ValueError):
     """``older_than`` is more recent than the safety floor of snapshot expiry or orphan removal."""
 
 
-_BY_NAME: dict[str, type[IcebergDmlError]] = {
-    cls.__name__: cls
-    for cls in (
-        TableNotFoundError,
-        BranchNotFoundError,
-        InvalidPredicateError,
-        UnknownColumnError,
-        InvalidExpressionError,
-        WriteModeConflictError,
-        SnapshotMismatchError,
-        GuardExceededError,
-        AuditFailedError,
-        ConcurrentCommitError,
-        CatalogConfigError,
-        JarResolutionError,
-        SparkJobError,
-        CommitNotFoundError,
-        InvalidSnapshotFilterError,
-        SnapshotNotFoundError,
-        CatalogUnavailableError,
-        InvalidMaintenanceOptionError,
-        UnsafeRetentionError,
-    )
-}
+def error_from_record(error_type: str, message: str, retryable: bool | None = None) -> IcebergDmlError:
+    """Rebuild the error a Spark job reported: its class by name, else one with the reported flag.
 
-
-def error_from_record(error_type: str, message: str) -> IcebergDmlError:
-    """Rebuild the error a Spark job reported by class name (unknown names become SparkJobError)."""
-    return _BY_NAME.get(error_type, SparkJobError)(message)
+    A name this side does not know (a job of another package version) never becomes retryable on
+    its own: it is :class:`SparkJobError` only when the job said retrying can help, and a plain
+    :class:`IcebergDmlError` otherwise, or when the job did not say.
+    """
+    known = _BY_NAME.get(error_type)
+    if known is not None:
+        return known(message)
+    unknown: type[IcebergDmlError] = SparkJobError if retryable else IcebergDmlError
+    return unknown(f"{error_type}: {message}" if error_type else message)

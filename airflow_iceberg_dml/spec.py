@@ -17,6 +17,8 @@ from airflow_iceberg_dml import __version__
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from airflow_iceberg_dml.exceptions import IcebergDmlError
+
 PACKAGE_VERSION = __version__
 
 #: Version of the JSON layout below. A job refuses a spec whose version it does not know.
@@ -255,6 +257,9 @@ class JobRecord:
     statement: str | None = None
     error_type: str | None = None
     error_message: str | None = None
+    #: Whether retrying can help, as the job's error class says; sent with the class name so that the
+    #: Airflow side never has to guess it for a class it does not know.
+    retryable: bool | None = None
     #: Job-specific output, e.g. a procedure's result columns under their own names.
     details: Mapping[str, Any] = field(default_factory=dict)
 
@@ -263,6 +268,13 @@ class JobRecord:
         payload["outcome"] = self.outcome.value
         payload["plan"] = self.plan.value if self.plan else None
         return json.dumps(payload, sort_keys=True)
+
+    def error(self) -> IcebergDmlError:
+        """The error a FAILED job reported, as its own class (see
+        :func:`~airflow_iceberg_dml.exceptions.error_from_record`)."""
+        from airflow_iceberg_dml.exceptions import error_from_record
+
+        return error_from_record(self.error_type or "", self.error_message or "", self.retryable)
 
     @classmethod
     def from_json(cls, text: str) -> JobRecord:

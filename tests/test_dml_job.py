@@ -269,14 +269,42 @@ def test_parameters_are_bound_by_spark(spark, catalog_hook) -> None:
             InvalidExpressionError,
             "amount",
         ),
+        # Analysis and data errors that Spark raises only when the change itself runs: not retryable.
+        (
+            {"where": "order_id < 5", "kind": JobKind.UPDATE, "assignments": {"amount": "'abc'"}},
+            InvalidExpressionError,
+            r"set\['amount'\]=\"'abc'\".*'amount' of 'tests\.bad_\d+'.*Cannot safely cast `amount`",
+        ),
+        (
+            {
+                "where": "order_id < 5",
+                "kind": JobKind.UPDATE,
+                "assignments": {"comment": "'ok'", "customer_id": "status"},
+            },
+            InvalidExpressionError,
+            r"set\['customer_id'\]='status'.*STRING.*BIGINT",
+        ),
+        (
+            {"where": "order_id < 5", "kind": JobKind.UPDATE, "assignments": {"amount": "no_such_fn(1)"}},
+            InvalidExpressionError,
+            "UNRESOLVED_ROUTINE",
+        ),
+        (
+            {"where": "order_id < 5", "kind": JobKind.UPDATE, "assignments": {"comment": "CAST(status AS INT)"}},
+            InvalidExpressionError,
+            r"set\['comment'\].*CAST_INVALID_INPUT",
+        ),
+        ({"where": "order_id = 'abc'"}, InvalidPredicateError, r"order_id = 'abc'.*CAST_INVALID_INPUT"),
+        ({"where": "order_id / 0 > 1"}, InvalidPredicateError, "DIVIDE_BY_ZERO"),
     ],
 )
 def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, fields, error, message) -> None:
     name = create_orders_table(spark, new_table_name("bad"), rows=30)
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     kind = fields.pop("kind", JobKind.DELETE)
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as raised:
         run(spark, name, kind, **fields)
+    assert raised.value.retryable is False
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
 
 

@@ -33,7 +33,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 import airflow_iceberg_dml
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS, CatalogConfig
-from airflow_iceberg_dml.exceptions import SparkJobError, error_from_record
+from airflow_iceberg_dml.exceptions import SparkJobError
 from airflow_iceberg_dml.jobs.runner import LOG_PREFIX
 from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
 
@@ -354,7 +354,7 @@ class IcebergSparkSubmitHook(BaseHook):
                 submit_error = error
             record = self._read_record(result_path)
         if record is not None and record.outcome is Outcome.FAILED:
-            raise error_from_record(record.error_type or "", record.error_message or "") from submit_error
+            raise record.error() from submit_error
         if submit_error is not None:
             raise SparkJobError(f"spark-submit failed: {submit_error}") from submit_error
         return record

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.exceptions import (
@@ -29,6 +30,8 @@ from airflow_iceberg_dml.jobs.runner import (
     commit_conflict,
     error_condition,
     error_message,
+    error_parameters,
+    is_input_error,
     load_iceberg_table,
     log,
     run_job,
@@ -46,7 +49,7 @@ from airflow_iceberg_dml.spec import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from pyspark.sql import DataFrame, SparkSession
 
@@ -80,6 +83,8 @@ class DmlJob:
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
         self.target = self._target(self.ref)
+        #: Set once the predicate has run over the rows: a later failure is then in ``set``.
+        self._where_evaluated = False
         self.where = self._bind(spec.where, InvalidPredicateError, "where")
         self.assignments = {
             column: self._bind(expression, InvalidExpressionError, f"set[{column!r}]")
@@ -153,6 +158,13 @@ class DmlJob:
                 matched, files = impact["rows_matched"], impact["data_files_touched"]
                 log(f"Dry run: {matched} row(s) in {files} data file(s) would change.")
                 return self._record(Outcome.DRY_RUN, plan, None, None, details=impact)
+            matches_any = impact["rows_matched"] > 0
+        else:
+            matches_any = self._matches_any(head_before)
+        if not matches_any:
+            # Spark would still commit an empty snapshot for a predicate it cannot prove empty.
+            log(f"No row matches at snapshot {head_before}: nothing to change, nothing committed.")
+            return self._record(Outcome.NOOP, Plan.NOOP, None, None)
 
         write_ref = self._create_audit_branch(head_before) if spec.audits else self.ref
         write_mode, statement = self._write(iceberg_table, plan, head_before, write_ref)
@@ -181,13 +193,15 @@ class DmlJob:
             statement = sql.rewrite_query(self.table_name, head_before, self._columns(), spec.assignments)
             log(f"Plan: rewrite every row in one overwrite commit, no delete files: {_one_line(statement)}")
             query = sql.rewrite_query(self.table_name, head_before, self._columns(), self.assignments)
-            self._rewrite(query, head_before, ref)
+            with self._naming_input_errors():
+                self._rewrite(query, head_before, ref)
             return None, statement
         write_mode = self._resolve_write_mode(iceberg_table)
         self._apply_isolation_level(iceberg_table)
         statement = self._statement(self._target(ref), spec.where, spec.assignments)
         log(f"Plan: row-level {write_mode.value}: {_one_line(statement)}")
-        self._execute(self._statement(self._target(ref), self.where, self.assignments), plan)
+        with self._naming_input_errors():
+            self._execute(self._statement(self._target(ref), self.where, self.assignments), plan)
         return write_mode, statement
 
     def _record(
@@ -237,13 +251,25 @@ class DmlJob:
                 return int(row.snapshot_id)
         return None
 
+    def _matches_any(self, head: int) -> bool:
+        """Whether any row at the head snapshot matches: reads until the first match, or every file
+        that pruning keeps when none does."""
+        with self._naming_input_errors():
+            matched = self.spark.sql(sql.exists_query(self._snapshot_source(head), self.where)).collect()
+        self._where_evaluated = True
+        return bool(matched)
+
+    def _snapshot_source(self, head: int) -> str:
+        return f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
+
     def _impact(self, iceberg_table: Any, head: int) -> dict[str, Any]:
         """Rows and data files the change would touch, per partition, at the head snapshot."""
-        source = f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
-        rows = self.spark.sql(
-            f"SELECT _partition AS partition, count(*) AS rows, count(DISTINCT _file) AS files\n"
-            f"FROM {source}\nWHERE\n{self.where}\nGROUP BY _partition"
-        ).collect()
+        with self._naming_input_errors():
+            rows = self.spark.sql(
+                f"SELECT _partition AS partition, count(*) AS rows, count(DISTINCT _file) AS files\n"
+                f"FROM {self._snapshot_source(head)}\nWHERE\n{self.where}\nGROUP BY _partition"
+            ).collect()
+        self._where_evaluated = True
         partitions = [
             {
                 "partition": {
@@ -409,6 +435,37 @@ class DmlJob:
             raise error_class(f"{where}: non-deterministic functions (rand(), uuid(), ...) are not allowed.")
         return frame
 
+    @contextmanager
+    def _naming_input_errors(self) -> Iterator[None]:
+        """Turn Spark's failure on the user's ``where``/``set`` (or the data they meet) into the
+        package's non-retryable error naming the column and the problem; anything else passes."""
+        try:
+            yield
+        except IcebergDmlError:
+            raise
+        except Exception as error:
+            if not is_input_error(error):
+                raise
+            raise self._input_error(error) from None
+
+    def _input_error(self, error: BaseException) -> IcebergDmlError:
+        spec = self.spec
+        # Spark leaves the table name empty in some messages ("the table ``"): name it here.
+        problem = error_message(error).splitlines()[0].replace("table ``", f"table {spec.table}").strip()
+        if error_condition(error).startswith("UNRESOLVED_COLUMN"):
+            return UnknownColumnError(f"A column is not in table {spec.table!r}: {problem}")
+        parameters = error_parameters(error)
+        named = (parameters.get("colName") or parameters.get("columnName") or "").strip("`").lower()
+        columns = [column for column in spec.assignments if column.lower() == named]
+        if not columns and self._where_evaluated:
+            # The predicate ran over the rows before the write did: the failure is in ``set``.
+            columns = list(spec.assignments)
+        if not columns:
+            return InvalidPredicateError(f"where={spec.where!r} on {spec.table!r}: {problem}")
+        shown = ", ".join(f"set[{column!r}]={spec.assignments[column]!r}" for column in columns)
+        targets = ", ".join(map(repr, columns))
+        return InvalidExpressionError(f"{shown}: cannot be written to {targets} of {spec.table!r}: {problem}")
+
     # -- planning --------------------------------------------------------------------------------
 
     def _plan(self) -> Plan:
@@ -424,10 +481,8 @@ class DmlJob:
         except AnalysisException as error:
             if not error_condition(error).startswith("UNRESOLVED_COLUMN"):
                 raise InvalidPredicateError(f"where={self.spec.where!r}: {error_message(error)}") from None
-            # Needs columns: row-level, unless the optimizer proves it matches nothing (`c = NULL`).
-            probe = self._analyse(sql.probe_query(self.target, self.where))
-            optimized = str(probe._jdf.queryExecution().optimizedPlan().toString())
-            return Plan.NOOP if optimized.lstrip().startswith("LocalRelation <empty>") else Plan.ROW_LEVEL
+            # Needs columns: row-level. Whether any row matches is asked of the data (_matches_any).
+            return Plan.ROW_LEVEL
         if value is True:
             return Plan.TRUNCATE if self.spec.kind is JobKind.DELETE else Plan.REWRITE
         return Plan.NOOP  # constant false or NULL: matches no row

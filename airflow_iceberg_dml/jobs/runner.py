@@ -80,6 +80,35 @@ def error_condition(error: BaseException) -> str:
     return str(get_condition() or "") if callable(get_condition) else ""
 
 
+def sql_state(error: BaseException) -> str:
+    """The SQLSTATE Spark gave the error (e.g. ``42703``), or ``""``."""
+    get_sql_state = getattr(error, "getSqlState", None)
+    return str(get_sql_state() or "") if callable(get_sql_state) else ""
+
+
+def error_parameters(error: BaseException) -> dict[str, str]:
+    """The named parts of Spark's message (``colName``, ``srcType`` ...), or ``{}``."""
+    get_parameters = getattr(error, "getMessageParameters", None)
+    parameters = get_parameters() if callable(get_parameters) else None
+    return {str(key): str(value) for key, value in (parameters or {}).items()}
+
+
+#: SQLSTATE classes of errors in what the user wrote or in the data it meets, which a retry meets
+#: again: cardinality (21), data exception (22: a malformed cast, an overflow, a division by zero),
+#: integrity constraint (23), syntax or analysis (42), feature not supported (0A).
+_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A")
+#: Conditions of the same kind whose SQLSTATE is a data source's own (``KD000``).
+_INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
+
+
+def is_input_error(error: BaseException) -> bool:
+    """Whether Spark failed on the statement's own text or on the data it evaluated, not on the
+    cluster, the network or the catalog: retrying cannot help."""
+    return sql_state(error)[:2] in _INPUT_SQLSTATE_CLASSES or error_condition(error).startswith(
+        _INPUT_CONDITIONS
+    )
+
+
 def java_causes(error: BaseException) -> list[tuple[str, str]]:
     """(class name, message) of the Java exception behind ``error`` and its causes, outermost first."""
     causes: list[tuple[str, str]] = []
@@ -147,18 +176,17 @@ def run_job(
         return job()
     except Exception as error:  # noqa: BLE001 - every failure is reported in the record
         known = error if isinstance(error, IcebergDmlError) else known_failure and known_failure(error)
-        if known:
-            error_type, message = type(known).__name__, str(known)
-        else:
+        if not known:
             traceback.print_exc()
             first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
-            error_type, message = SparkJobError.__name__, f"{type(error).__name__}: {first_line}"
-        log(f"FAILED ({error_type}): {message}")
+            known = SparkJobError(f"{type(error).__name__}: {first_line}")
+        log(f"FAILED ({type(known).__name__}): {known}")
         return JobRecord(
             outcome=Outcome.FAILED,
             spark_app_id=spark.sparkContext.applicationId,
-            error_type=error_type,
-            error_message=message,
+            error_type=type(known).__name__,
+            error_message=str(known),
+            retryable=known.retryable,
         )
     finally:
         progress.stop()

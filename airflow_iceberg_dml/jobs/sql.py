@@ -59,6 +59,11 @@ def probe_query(target: str, where: str, assignments: Mapping[str, str] | None =
     return f"SELECT {projection}\nFROM {target}\nWHERE\n{where}"
 
 
+def exists_query(source: str, where: str) -> str:
+    """One row when any row of ``source`` matches, none otherwise: reading stops at the first match."""
+    return f"SELECT 1 AS matched\nFROM {source}\nWHERE\n{where}\nLIMIT 1"
+
+
 def constant_predicate_query(where: str) -> str:
     """Evaluates the predicate with no table in scope: it fails to resolve if it needs a column."""
     return f"SELECT CAST((\n{where}\n) AS BOOLEAN) AS matches_every_row"
