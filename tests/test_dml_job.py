@@ -290,7 +290,11 @@ def test_parameters_are_bound_by_spark(spark, catalog_hook) -> None:
             "UNRESOLVED_ROUTINE",
         ),
         (
-            {"where": "order_id < 5", "kind": JobKind.UPDATE, "assignments": {"comment": "CAST(status AS INT)"}},
+            {
+                "where": "order_id < 5",
+                "kind": JobKind.UPDATE,
+                "assignments": {"comment": "CAST(status AS INT)"},
+            },
             InvalidExpressionError,
             r"set\['comment'\].*CAST_INVALID_INPUT",
         ),
