@@ -5,8 +5,8 @@
 
 1. ``wait_for_erasure`` waits for the commit of A's ``erase_customer`` task in the same logical run,
    found by its run key: every commit of this package's operators carries the DAG id, task id and run
-   id in its snapshot summary. A commit made before B starts is found at the first poke. The sensor
-   waits in the triggerer when ``[operators] default_deferrable`` is on, in a worker slot otherwise.
+   id in its snapshot summary. A commit made before B starts is found at the first poke; otherwise the
+   sensor defers and waits in the triggerer (``deferrable=True``), holding no worker slot.
 2. ``correct_orders`` runs an UPDATE with ``expected_snapshot_id`` set to the snapshot the sensor
    returned: if anything else committed to the table in between, it fails before writing anything,
    so the correction applies to exactly the data the erasure left.
@@ -14,7 +14,10 @@
 Both DAGs run daily, so a scheduled run of B waits for the scheduled run of A with the same run id.
 To chain a manual run, trigger B with ``{"upstream_run_id": "<A's run id>"}``. The table is the
 quickstart's ``demo.orders`` (TPC-H orders: run ``iceberg_dml_quickstart`` first) unless the
-``table`` param says otherwise.
+``table`` param says otherwise; the default customer, 898, has orders there (the quickstart erases
+customers 370 and 781). An erasure that finds no rows commits nothing, and B then waits for a commit
+that never comes until its timeout (six hours): to run the pair again, re-run the quickstart (it
+recreates the table) or pass another ``customer``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ with DAG(
     schedule="@daily",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params={"table": "demo.orders", "customer": Param(370, type="integer")},
+    params={"table": "demo.orders", "customer": Param(898, type="integer")},
     tags=["iceberg", "example", "sensor"],
 ) as delete_dag:
     IcebergDeleteOperator(
@@ -70,7 +73,7 @@ with DAG(
         },
         poke_interval=30,
         timeout=timedelta(hours=6).total_seconds(),
-        mode="reschedule",
+        deferrable=True,
     )
     correct_orders = IcebergUpdateOperator(
         task_id="correct_orders",

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from pyiceberg.expressions import And, BooleanExpression, EqualTo
 
 from tests.conftest import run_dag, task_states, xcom_result
 
@@ -14,7 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.spark_submit
-def test_the_quickstart_dag_deletes_updates_and_compacts(catalog_hook, airflow_db):
+def test_the_quickstart_dag_deletes_updates_and_compacts_then_the_chained_example_changes_rows(
+    catalog_hook, airflow_db
+):
     from dags.iceberg_dml_quickstart import TABLE, dag
 
     dag_run = run_dag(dag)
@@ -40,6 +43,37 @@ def test_the_quickstart_dag_deletes_updates_and_compacts(catalog_hook, airflow_d
     assert after["delete_files"] == 0
     table = catalog_hook.load_table(TABLE)
     assert table.current_snapshot().summary["total-delete-files"] == "0"
+
+    _run_the_chained_example_with_its_defaults(catalog_hook, TABLE)
+
+
+def _run_the_chained_example_with_its_defaults(catalog_hook, table_name: str) -> None:
+    """The chained example right after the quickstart, with its default params, changes real rows."""
+    from dags.iceberg_chained_dml import delete_dag, update_dag
+
+    assert delete_dag.params["table"] == update_dag.params["table"] == table_name
+    assert update_dag.get_task("wait_for_erasure").deferrable is True
+    customer = delete_dag.params["customer"]
+    urgent_open = And(EqualTo("o_orderstatus", "O"), EqualTo("o_orderpriority", "1-URGENT"))
+
+    def rows(row_filter: BooleanExpression) -> int:
+        return catalog_hook.load_table(table_name).scan(row_filter=row_filter).to_arrow().num_rows
+
+    customer_rows, urgent_open_rows = rows(EqualTo("o_custkey", customer)), rows(urgent_open)
+    first = run_dag(delete_dag)
+    assert task_states(first) == {"erase_customer": "success"}
+    erased = xcom_result(first, "erase_customer")
+    assert erased["noop"] is False
+    assert erased["rows_deleted"] == customer_rows > 0
+    assert rows(EqualTo("o_custkey", customer)) == 0
+
+    second = run_dag(update_dag, upstream_run_id=first.run_id)
+    assert task_states(second) == {"wait_for_erasure": "success", "correct_orders": "success"}
+    corrected = xcom_result(second, "correct_orders")
+    assert corrected["parent_snapshot_id"] == erased["snapshot_id"]
+    assert corrected["rows_inserted"] == corrected["rows_deleted"] > 0
+    assert corrected["rows_deleted"] <= urgent_open_rows
+    assert rows(urgent_open) == 0
 
 
 def test_without_tpchgen_cli_the_quickstart_says_which_extra_to_install(tmp_path, monkeypatch):
