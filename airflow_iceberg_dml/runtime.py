@@ -2,7 +2,7 @@
 
 This module has no Airflow import: it is used by the hooks, by ``make`` and by tests.
 
-Jars are found in this order:
+Jars are found in this order (:func:`choose_jar_source`):
 
 1. ``AIRFLOW_ICEBERG_DML_JARS``: a comma-separated list of jar paths or URLs, used as is.
    Set it to the jars already on a cluster that has no internet (``local:///opt/jars/x.jar``,
@@ -10,6 +10,12 @@ Jars are found in this order:
 2. The jar cache, ``AIRFLOW_ICEBERG_DML_JAR_CACHE`` (default ``~/.cache/airflow-iceberg-dml/jars``),
    filled on first use by Maven (``mvn dependency:copy``), or ahead of time with
    ``python -m airflow_iceberg_dml.runtime fetch``.
+3. Without Maven on the PATH (a plain ``pip install``): Spark's own package resolution. The
+   coordinates go into ``spark.jars.packages`` and spark-submit downloads them (Ivy, cached in
+   ``~/.ivy2.5.2`` or ``spark.jars.ivy``).
+
+``AIRFLOW_ICEBERG_DML_JAR_SOURCE`` picks 2 (``maven``) or 3 (``spark-packages``) whatever is on the
+machine; unset (or ``auto``), the order above applies.
 
 Each job's private folder (spec, Spark properties, result) is made under
 ``AIRFLOW_ICEBERG_DML_TMPDIR``, default the system temporary folder (which honours ``TMPDIR``).
@@ -23,9 +29,14 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml.exceptions import JarResolutionError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 SPARK_VERSION = "4.1.3"
 SPARK_MINOR_VERSION = "4.1"
@@ -36,6 +47,9 @@ POSTGRESQL_JDBC_VERSION = "42.7.8"
 
 JARS_ENV = "AIRFLOW_ICEBERG_DML_JARS"
 JAR_CACHE_ENV = "AIRFLOW_ICEBERG_DML_JAR_CACHE"
+JAR_SOURCE_ENV = "AIRFLOW_ICEBERG_DML_JAR_SOURCE"
+#: Spark's setting for Maven coordinates that spark-submit resolves and downloads itself.
+PACKAGES_PROPERTY = "spark.jars.packages"
 HOME_ENV = "AIRFLOW_ICEBERG_DML_HOME"
 TMPDIR_ENV = "AIRFLOW_ICEBERG_DML_TMPDIR"
 
@@ -98,6 +112,90 @@ def temp_dir() -> Path:
     return folder
 
 
+class JarSource(StrEnum):
+    """Where the Spark jobs get the Iceberg runtime and the JDBC drivers."""
+
+    LISTED = "listed"
+    """The jars named in ``AIRFLOW_ICEBERG_DML_JARS``, used as they are."""
+    CACHE = "cache"
+    """The jar cache, already filled."""
+    MAVEN = "maven"
+    """The jar cache, filled now by Maven (``mvn dependency:copy``, with the machine's Maven settings)."""
+    SPARK_PACKAGES = "spark-packages"
+    """Maven coordinates in ``spark.jars.packages``: spark-submit downloads the jars itself (Ivy)."""
+
+
+#: What ``AIRFLOW_ICEBERG_DML_JAR_SOURCE`` may say; ``auto`` (the default) decides by what is there.
+_JAR_SOURCE_SETTINGS = ("auto", JarSource.MAVEN.value, JarSource.SPARK_PACKAGES.value)
+
+
+def choose_jar_source(*, setting: str | None, listed: bool, cached: bool, maven_on_path: bool) -> JarSource:
+    """Pick the jar source: listed jars, then the cache, then Maven, then Spark's package resolution.
+
+    ``setting`` is ``AIRFLOW_ICEBERG_DML_JAR_SOURCE``; ``maven`` or ``spark-packages`` there overrides
+    what the machine has (listed jars still come first).
+    """
+    choice = (setting or "auto").strip().lower()
+    if choice not in _JAR_SOURCE_SETTINGS:
+        raise JarResolutionError(
+            f"{JAR_SOURCE_ENV}={setting!r} is not a jar source: use one of {', '.join(_JAR_SOURCE_SETTINGS)}."
+        )
+    if listed:
+        return JarSource.LISTED
+    if choice == JarSource.SPARK_PACKAGES:
+        return JarSource.SPARK_PACKAGES
+    if cached:
+        return JarSource.CACHE
+    if choice == JarSource.MAVEN or maven_on_path:
+        return JarSource.MAVEN
+    return JarSource.SPARK_PACKAGES
+
+
+@dataclass(frozen=True)
+class SparkJars:
+    """The jars of a job as spark-submit takes them: files for ``--jars``, or coordinates to resolve."""
+
+    source: JarSource
+    #: Jar paths or URLs for ``--jars``.
+    jars: tuple[str, ...] = ()
+    #: Maven coordinates for ``spark.jars.packages``.
+    packages: tuple[str, ...] = ()
+
+    def spark_conf(self, configured: Mapping[str, str]) -> dict[str, str]:
+        """Settings to add to ``configured``: ``spark.jars.packages`` with these coordinates, then the
+        user's own packages (kept, not replaced); nothing when there are no coordinates."""
+        if not self.packages:
+            return {}
+        own = [p.strip() for p in configured.get(PACKAGES_PROPERTY, "").split(",") if p.strip()]
+        return {PACKAGES_PROPERTY: ",".join(dict.fromkeys([*self.packages, *own]))}
+
+    def describe(self) -> str:
+        """One log line: which path was taken, and what it gives spark-submit."""
+        if self.source is JarSource.SPARK_PACKAGES:
+            packages = ", ".join(self.packages)
+            return f"Spark jars resolved by spark-submit itself (spark.jars.packages): {packages}"
+        origin = {
+            JarSource.LISTED: f"listed in {JARS_ENV}",
+            JarSource.CACHE: "from the jar cache",
+            JarSource.MAVEN: "fetched with Maven into the jar cache",
+        }[self.source]
+        return f"Spark jars {origin}: {', '.join(self.jars) or '(none: Spark already has them)'}"
+
+
+def spark_jars(artifacts: tuple[MavenArtifact, ...] = DEFAULT_ARTIFACTS) -> SparkJars:
+    """The jars for a job, from the source :func:`choose_jar_source` picks on this machine."""
+    cache = jar_cache_dir()
+    source = choose_jar_source(
+        setting=os.environ.get(JAR_SOURCE_ENV),
+        listed=os.environ.get(JARS_ENV) is not None,
+        cached=all((cache / a.file_name).is_file() for a in artifacts),
+        maven_on_path=shutil.which("mvn") is not None,
+    )
+    if source is JarSource.SPARK_PACKAGES:
+        return SparkJars(source, packages=tuple(a.coordinates for a in artifacts))
+    return SparkJars(source, jars=tuple(resolve_jars(artifacts)))
+
+
 def resolve_jars(artifacts: tuple[MavenArtifact, ...] = DEFAULT_ARTIFACTS) -> list[str]:
     """Return the jar paths for spark-submit's ``--jars``, fetching missing ones into the cache."""
     explicit = os.environ.get(JARS_ENV)
@@ -117,7 +215,9 @@ def fetch(artifacts: list[MavenArtifact] | tuple[MavenArtifact, ...], cache: Pat
         names = ", ".join(a.coordinates for a in artifacts)
         raise JarResolutionError(
             f"The Spark jobs need these jars: {names}. Maven ('mvn') is not on the PATH to fetch them. "
-            f"Install Maven, or download the jars yourself and set {JARS_ENV} to their comma-separated paths."
+            "Either install Maven; or let spark-submit download them with Spark's package resolution "
+            f"({JAR_SOURCE_ENV}=spark-packages, or unset: the jobs do that when Maven is missing); "
+            f"or download the jars yourself and set {JARS_ENV} to their comma-separated paths."
         )
     cache.mkdir(parents=True, exist_ok=True)
     for artifact in artifacts:
@@ -134,7 +234,8 @@ def fetch(artifacts: list[MavenArtifact] | tuple[MavenArtifact, ...], cache: Pat
             output = (completed.stdout + completed.stderr).strip()[-2000:]
             raise JarResolutionError(
                 f"Maven could not fetch {artifact.coordinates} into {cache} (exit {completed.returncode}). "
-                f"Set {JARS_ENV} to local jar paths if this machine has no access to Maven Central.\n"
+                f"Check Maven's settings (mirror, proxy); or set {JAR_SOURCE_ENV}=spark-packages to let "
+                f"spark-submit download the jars itself; or set {JARS_ENV} to jar paths this machine has.\n"
                 f"{output}"
             )
 

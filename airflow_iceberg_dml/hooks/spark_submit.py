@@ -316,7 +316,8 @@ class IcebergSparkSubmitHook(BaseHook):
         master, deploy_mode = self._connection_fields()
         remote_driver = deploy_mode == "cluster"
         artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
-        jars = runtime.resolve_jars(artifacts)
+        jars = runtime.spark_jars(artifacts)
+        self.log.info("%s", jars.describe())
         with tempfile.TemporaryDirectory(prefix=_FOLDER_PREFIX, dir=runtime.temp_dir()) as folder_name:
             folder = Path(folder_name)
             result_path = None if remote_driver else folder / "result.json"
@@ -333,6 +334,7 @@ class IcebergSparkSubmitHook(BaseHook):
                 driver_python=None if remote_driver else sys.executable,
                 quiet=not self.log.isEnabledFor(logging.DEBUG),
             )
+            properties.update(jars.spark_conf(properties))
             _write_private(properties_path, properties_file_text(properties))
             # A remote driver gets the spec shipped with the application, by file name.
             self._submit_hook = _RoutedSparkSubmitHook(
@@ -340,7 +342,7 @@ class IcebergSparkSubmitHook(BaseHook):
                 on_started=None if on_started is None else self._announce(on_started, folder),
                 conn_id=self.spark_conn_id,
                 name=name,
-                jars=",".join(jars) or None,
+                jars=",".join(jars.jars) or None,
                 py_files=str(package_zip(folder)),
                 files=str(spec_path) if remote_driver else None,
                 properties_file=str(properties_path),
