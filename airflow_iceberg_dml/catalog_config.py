@@ -1,7 +1,8 @@
 """One catalog configuration, seen by pyiceberg and by Spark under the same name.
 
 The input is what an Airflow ``iceberg`` connection holds (pyiceberg-style properties: ``type``,
-``uri``, ``warehouse``, ``credential``, ``s3.*`` ...). The Spark side is derived through an
+``uri``, ``warehouse``, ``credential``, ``s3.*`` ...). The catalog is named by the extra
+``catalog-name``, else after the connection id. The Spark side is derived through an
 allow-list: only keys named here reach ``spark.sql.catalog.<name>.*``, so that an unrelated or
 mistyped extra never lands in a Spark configuration. No Airflow import: tested as pure logic.
 """
@@ -48,7 +49,10 @@ _REST_KEYS = {
 _PREFIX_KEYS = ("header.",)
 #: Keys that only pyiceberg reads; never forwarded to Spark, never reported as ignored.
 _PYICEBERG_ONLY = {"type", "uri", "py-io-impl", "init_catalog_tables", "echo", "pool_pre_ping"}
+#: Connection extra naming the catalog on both sides; read here, never passed on as a property.
+CATALOG_NAME_KEY = "catalog-name"
 SUPPORTED_TYPES = ("sql", "rest")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def embedded_properties(home: Path) -> dict[str, str]:
@@ -60,12 +64,24 @@ def embedded_properties(home: Path) -> dict[str, str]:
     }
 
 
-def spark_catalog_name(conn_id: str) -> str:
-    """The catalog name both sides use: the connection id (as the official IcebergHook does)."""
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", conn_id):
+def spark_catalog_name(conn_id: str, catalog_name: str | None = None) -> str:
+    """The catalog name both sides use: the connection's ``catalog-name`` extra, else its id.
+
+    A SQL catalog keys its rows by this name: two connections see the same tables only under the
+    same name, and the embedded catalog's tables are under ``iceberg_default``.
+    """
+    if catalog_name is not None:
+        if not re.fullmatch(_IDENTIFIER, catalog_name):
+            raise CatalogConfigError(
+                f"Extra {CATALOG_NAME_KEY!r} of connection {conn_id!r} is {catalog_name!r}: it is the "
+                "catalog name in Spark SQL and must be a plain identifier (letters, digits, underscores)."
+            )
+        return catalog_name
+    if not re.fullmatch(_IDENTIFIER, conn_id):
         raise CatalogConfigError(
             f"Connection id {conn_id!r} is also the catalog name in Spark SQL and must be a plain "
-            "identifier (letters, digits, underscores)."
+            "identifier (letters, digits, underscores); or name the catalog with the connection's extra "
+            f"{CATALOG_NAME_KEY!r}."
         )
     return conn_id
 
@@ -104,8 +120,10 @@ class CatalogConfig:
     ignored_keys: tuple[str, ...] = field(default=())
 
     @classmethod
-    def from_properties(cls, name: str, properties: Mapping[str, object]) -> CatalogConfig:
+    def from_properties(cls, conn_id: str, properties: Mapping[str, object]) -> CatalogConfig:
+        """The catalog of connection ``conn_id``, named by its ``catalog-name`` property, else ``conn_id``."""
         as_text = {key: str(value) for key, value in properties.items() if value is not None}
+        name = spark_catalog_name(conn_id, as_text.pop(CATALOG_NAME_KEY, None))
         catalog_type = as_text.setdefault("type", "rest")
         if catalog_type not in SUPPORTED_TYPES:
             raise CatalogConfigError(
@@ -124,7 +142,7 @@ class CatalogConfig:
         ignored = tuple(
             sorted(key for key in as_text if key not in known and not key.startswith(_PREFIX_KEYS))
         )
-        return cls(name=spark_catalog_name(name), properties=as_text, ignored_keys=ignored)
+        return cls(name=name, properties=as_text, ignored_keys=ignored)
 
     @property
     def catalog_type(self) -> str:

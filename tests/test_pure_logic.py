@@ -11,7 +11,12 @@ import pytest
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties, spark_catalog_name
-from airflow_iceberg_dml.exceptions import CatalogConfigError, InvalidPredicateError, error_from_record
+from airflow_iceberg_dml.exceptions import (
+    CatalogConfigError,
+    CatalogConnectionNotFoundError,
+    InvalidPredicateError,
+    error_from_record,
+)
 from airflow_iceberg_dml.hooks.spark_submit import (
     _RoutedSparkSubmitHook,
     escape_property,
@@ -157,6 +162,28 @@ def test_catalog_name_is_the_connection_id():
     assert spark_catalog_name("iceberg_default") == "iceberg_default"
 
 
+def test_catalog_name_extra_names_the_catalog_on_both_sides(tmp_path):
+    properties = {**embedded_properties(tmp_path), "catalog-name": "iceberg_default"}
+    config = CatalogConfig.from_properties("iceberg-local", properties)
+    assert config.name == "iceberg_default"
+    assert "catalog-name" not in config.pyiceberg_properties()
+    assert config.ignored_keys == ()
+    spark = config.spark_properties()
+    assert spark["spark.sql.catalog.iceberg_default"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert not [key for key in spark if "iceberg-local" in key or "catalog-name" in key]
+
+
+@pytest.mark.parametrize("catalog_name", ["my-lake", "", "1lake", "lake.prod"])
+def test_catalog_name_extra_must_be_a_plain_identifier(catalog_name):
+    with pytest.raises(CatalogConfigError, match=r"'catalog-name'.*plain identifier"):
+        CatalogConfig.from_properties("lake", {"uri": "http://x", "catalog-name": catalog_name})
+
+
+def test_connection_id_that_is_no_identifier_points_to_catalog_name():
+    with pytest.raises(CatalogConfigError, match=r"'my-lake'.*plain identifier.*'catalog-name'"):
+        spark_catalog_name("my-lake")
+
+
 # -- spark-submit: properties file, command line, log routing -------------------------------------
 
 
@@ -251,6 +278,13 @@ def test_log_routing_keeps_job_lines_and_problems_at_info():
 
 
 # -- spec, record, errors --------------------------------------------------------------------------
+
+
+def test_missing_connection_error_is_a_non_retryable_catalog_error():
+    error = error_from_record("CatalogConnectionNotFoundError", "no connection 'lake'")
+    assert isinstance(error, CatalogConnectionNotFoundError)
+    assert isinstance(error, CatalogConfigError)
+    assert not error.retryable
 
 
 def test_spec_round_trips_through_json():

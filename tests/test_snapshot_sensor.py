@@ -30,6 +30,7 @@ from airflow.sdk.exceptions import (
 
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
+    CatalogConnectionNotFoundError,
     CatalogUnavailableError,
     SnapshotNotFoundError,
     TableNotFoundError,
@@ -540,6 +541,54 @@ def test_unreachable_catalog_keeps_waiting(monkeypatch, connection):
         table="a.b", catalog_conn_id="unreachable", mode="wait", on_missing="fail", poll_interval=0.1
     )
     assert asyncio.run(collect(trigger, 1, 0.5)) == []
+
+
+def test_mistyped_connection_fails_sensor_and_trigger_at_once(catalog_hook, capfd):
+    # Before, a missing connection meant the embedded catalog: this sensor would wait for its timeout.
+    sensor = IcebergSnapshotSensor(
+        task_id="s",
+        table="tests.never_created",
+        catalog_conn_id="iceberg_defualt",
+        timeout=3,
+        poke_interval=0.1,
+    )
+    started = time.monotonic()
+    with pytest.raises(
+        AirflowFailException, match=r"CatalogConnectionNotFoundError.*'iceberg_defualt'"
+    ) as raised:
+        sensor.execute({})
+    assert isinstance(raised.value.__cause__, CatalogConnectionNotFoundError)
+    assert time.monotonic() - started < 2
+    deferrable = IcebergSnapshotSensor(
+        task_id="d",
+        table="tests.never_created",
+        catalog_conn_id="iceberg_defualt",
+        deferrable=True,
+        timeout=3,
+    )
+    with pytest.raises(AirflowFailException, match="CatalogConnectionNotFoundError"):
+        deferrable.execute({})
+
+    # In the triggerer (the connection may exist only on the workers): one FAILED event, said in its log,
+    # which the sensor turns into a failure without retries.
+    trigger = IcebergSnapshotTrigger(
+        table="tests.never_created", catalog_conn_id="iceberg_defualt", mode="wait", poll_interval=0.1
+    )
+    capfd.readouterr()
+    events = asyncio.run(collect(trigger, 2, 2))
+    assert [event.payload["error_type"] for event in events] == ["CatalogConnectionNotFoundError"]
+    assert events[0].payload["status"] == SnapshotTriggerStatus.FAILED
+    assert "airflow connections add iceberg_defualt" in events[0].payload["message"]
+    logged = capfd.readouterr().out
+    assert "Stopped waiting for tests.never_created: CatalogConnectionNotFoundError" in logged
+    with pytest.raises(AirflowFailException, match="CatalogConnectionNotFoundError"):
+        sensor.execute_complete({}, events[0].payload)
+    # An asset watcher stops with the error (the triggerer logs it) rather than watching the wrong catalog.
+    watcher = IcebergSnapshotTrigger(
+        table="tests.never_created", catalog_conn_id="iceberg_defualt", poll_interval=0.1
+    )
+    with pytest.raises(CatalogConnectionNotFoundError):
+        asyncio.run(collect(watcher, 1, 2))
 
 
 def test_failed_event_of_an_unexpected_error_is_retryable():

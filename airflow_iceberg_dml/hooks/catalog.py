@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,11 @@ from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
-from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundError
+from airflow_iceberg_dml.exceptions import (
+    BranchNotFoundError,
+    CatalogConnectionNotFoundError,
+    TableNotFoundError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -25,25 +30,44 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.spec import RunKey
 
 
+def _missing_connection_message(conn_id: str) -> str:
+    extra = json.dumps({"type": "rest", "warehouse": "..."})
+    connection = json.dumps({"conn_type": "iceberg", "host": "<catalog URI>", "extra": {"type": "rest"}})
+    return (
+        f"The Airflow connection {conn_id!r} does not exist; only {IcebergHook.default_conn_name!r} may be "
+        "left undefined (it then means the embedded catalog). Fix catalog_conn_id, or create the connection "
+        f"where the task and the triggerer run: airflow connections add {conn_id} --conn-type iceberg "
+        f"--conn-host '<catalog URI>' --conn-extra '{extra}', "
+        f"or AIRFLOW_CONN_{conn_id.upper()}='{connection}'."
+    )
+
+
 class IcebergCatalogHook(IcebergHook):
     """pyiceberg catalog and Spark catalog properties from one ``iceberg`` connection.
 
     The connection is the official ``iceberg`` type (apache-airflow-providers-apache-iceberg):
     host = catalog URI, login/password = REST client credential, extra = pyiceberg properties
-    (``type``, ``warehouse``, ``io-impl``, ``s3.*`` ...). The catalog is named after the connection
-    id on both sides. When the connection does not exist, the embedded default is used: a SQLite
-    SQL catalog and a warehouse under ``$AIRFLOW_ICEBERG_DML_HOME``.
+    (``type``, ``warehouse``, ``io-impl``, ``s3.*`` ...). The catalog is named by the extra
+    ``catalog-name``, else after the connection id, on both sides. When ``iceberg_default`` does not
+    exist, the embedded default is used: a SQLite SQL catalog and a warehouse under
+    ``$AIRFLOW_ICEBERG_DML_HOME``. Any other connection id must exist:
+    :class:`~airflow_iceberg_dml.exceptions.CatalogConnectionNotFoundError` otherwise.
 
-    :param iceberg_conn_id: The Iceberg connection id; also the catalog name.
+    :param iceberg_conn_id: The Iceberg connection id; also the catalog name unless its extra
+        ``catalog-name`` names it.
     """
 
     hook_name = "Iceberg (row-level DML)"
 
     @cached_property
     def catalog_config(self) -> CatalogConfig:
+        """The catalog this connection describes (the embedded one for a missing ``iceberg_default``)."""
         try:
             conn = self.get_connection(self.conn_id)
         except AirflowNotFoundException:
+            if self.conn_id != self.default_conn_name:
+                # A mistyped id must not silently become the embedded catalog.
+                raise CatalogConnectionNotFoundError(_missing_connection_message(self.conn_id)) from None
             home = runtime.default_home()
             home.mkdir(parents=True, exist_ok=True)
             self.log.info("No connection %r: using the embedded catalog in %s", self.conn_id, home)
@@ -64,7 +88,7 @@ class IcebergCatalogHook(IcebergHook):
 
     @cached_property
     def catalog(self) -> Catalog:
-        """The pyiceberg catalog, named after the connection id."""
+        """The pyiceberg catalog, named as :attr:`catalog_config` says."""
         return load_catalog(self.catalog_config.name, **self.catalog_config.pyiceberg_properties())
 
     def spark_properties(self) -> dict[str, str]:

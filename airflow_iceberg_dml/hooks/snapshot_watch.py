@@ -242,11 +242,14 @@ class SnapshotWatcher:
     Not thread-safe; one per sensor or trigger. Each :meth:`poll` raises
     :class:`~airflow_iceberg_dml.exceptions.TableNotFoundError`,
     :class:`~airflow_iceberg_dml.exceptions.BranchNotFoundError` (ref missing),
-    :class:`~airflow_iceberg_dml.exceptions.SnapshotNotFoundError` (``newer_than_snapshot_id`` unknown) or
-    :class:`~airflow_iceberg_dml.exceptions.CatalogUnavailableError`; the caller decides whether to wait.
+    :class:`~airflow_iceberg_dml.exceptions.SnapshotNotFoundError` (``newer_than_snapshot_id`` unknown),
+    :class:`~airflow_iceberg_dml.exceptions.CatalogUnavailableError`, or the error of a catalog that
+    cannot be built (:class:`~airflow_iceberg_dml.exceptions.CatalogConfigError`, such as a missing
+    connection); the caller decides whether to wait.
 
     :param catalog: The pyiceberg catalog, or a function returning it (called on each poll until it
-        succeeds, so that a catalog that cannot be created yet counts as unavailable, not as a crash).
+        succeeds, so that a catalog that cannot be reached yet counts as unavailable, not as a crash;
+        a configuration error, such as a missing connection, is raised at once).
     :param table_name: ``namespace.table``.
     :param snapshot_filter: What to look for.
     :param state: Where a previous watch stopped (an asset watcher's stored position).

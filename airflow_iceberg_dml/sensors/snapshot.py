@@ -47,8 +47,9 @@ class IcebergSnapshotSensor(BaseSensorOperator):
     a conditional loadTable on a REST catalog); when it moves, only the new snapshots are walked.
 
     :param table: ``namespace.table``. (templated)
-    :param catalog_conn_id: ``iceberg`` connection (its id is the catalog name); with no such connection,
-        the embedded SQLite catalog.
+    :param catalog_conn_id: ``iceberg`` connection. ``iceberg_default`` with no such connection is the
+        embedded SQLite catalog; any other id must exist, or the sensor fails at its first poke, without
+        retries (``CatalogConnectionNotFoundError``).
     :param ref: Branch or tag to watch (``main`` by default). (templated)
     :param newer_than_snapshot_id: Only commits made after this snapshot on ``ref`` (its descendants),
         e.g. ``"{{ ti.xcom_pull('delete')['snapshot_id'] }}"``. An id that is not in the table fails the

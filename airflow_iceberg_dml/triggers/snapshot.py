@@ -43,7 +43,8 @@ class SnapshotTriggerStatus(StrEnum):
     """``count`` matching commits were found; the event carries them (a ``SnapshotMatch``)."""
     FAILED = "failed"
     """The wait cannot succeed (missing table or ref with ``on_missing="fail"``, unknown
-    ``newer_than_snapshot_id``, an unexpected error); ``error_type`` and ``message`` say why."""
+    ``newer_than_snapshot_id``, missing connection, an unexpected error); ``error_type`` and ``message``
+    say why."""
 
 
 class TriggerMode(StrEnum):
@@ -96,8 +97,9 @@ class IcebergSnapshotTrigger(BaseEventTrigger):
     :class:`~airflow_iceberg_dml.exceptions.InvalidSnapshotFilterError` here, at construction.
 
     :param table: ``namespace.table``.
-    :param catalog_conn_id: ``iceberg`` connection (its id is the catalog name); with no such
-        connection, the embedded SQLite catalog.
+    :param catalog_conn_id: ``iceberg`` connection, looked up in the triggerer. ``iceberg_default`` with
+        no such connection is the embedded SQLite catalog; any other id must exist, or the first poll
+        fails (``CatalogConnectionNotFoundError``): a ``failed`` event, or the watcher stops with it.
     :param mode: ``wait`` (one event) or ``watch`` (an event per ``count`` matches, the default).
     :param poll_interval: Seconds between polls.
     :param exponential_backoff: Double the interval after each poll that finds nothing (``max_wait``
@@ -249,6 +251,8 @@ class IcebergSnapshotTrigger(BaseEventTrigger):
             try:
                 result = await self._poll(watcher)
             except IcebergDmlError as error:
+                # Said here too: the triggerer's log is where a connection missing only there shows.
+                self.log.error("Stopped waiting for %s: %s: %s", self.table, type(error).__name__, error)
                 yield self._failure(error)
                 return
             except Exception as error:  # one terminal event, whatever went wrong

@@ -1,0 +1,29 @@
+"""DAG run by tests/test_catalog_connection.py: every kind of task, given a mistyped catalog connection."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.sensors.snapshot import IcebergSnapshotSensor
+
+#: One letter off ``iceberg_default``. It used to mean the embedded catalog under another catalog name, so an
+#: empty one: an operator said the table did not exist, a sensor waited for its timeout.
+MISTYPED_CONN_ID = "iceberg_defualt"
+TABLE = "tests.missing_connection"
+
+with DAG(
+    "missing_connection_test",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+) as dag:
+    IcebergDeleteOperator(task_id="delete", table=TABLE, where="id < 2", catalog_conn_id=MISTYPED_CONN_ID)
+    IcebergCompactionOperator(task_id="compact", table=TABLE, catalog_conn_id=MISTYPED_CONN_ID)
+    IcebergSnapshotSensor(
+        task_id="wait", table=TABLE, catalog_conn_id=MISTYPED_CONN_ID, poke_interval=1, timeout=60
+    )

@@ -1,0 +1,111 @@
+"""Which catalog a connection id means: the one its ``catalog-name`` extra names, and never a silent default.
+
+Real pyiceberg SQL catalogs on SQLite, connections as ``AIRFLOW_CONN_*`` variables read by Airflow's own
+lookup, a SparkSession reading through the same catalog name, and tasks run by ``dag.test()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import load_catalog
+
+from airflow_iceberg_dml.exceptions import CatalogConnectionNotFoundError
+from tests.conftest import NAMESPACE, run_dag
+
+
+def sql_connection(catalog_db: Path, warehouse: Path, **extra: str) -> str:
+    return json.dumps(
+        {
+            "conn_type": "iceberg",
+            "host": f"sqlite:///{catalog_db}",
+            "extra": {"type": "sql", "warehouse": warehouse.as_uri(), **extra},
+        }
+    )
+
+
+def test_catalog_name_extra_opens_a_catalog_of_another_name(tmp_path, monkeypatch, spark):
+    catalog_db, warehouse = tmp_path / "catalog.db", tmp_path / "warehouse"
+    made = load_catalog("local_lake", type="sql", uri=f"sqlite:///{catalog_db}", warehouse=warehouse.as_uri())
+    made.create_namespace("sales")
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    made.create_table("sales.orders", schema=rows.schema).append(rows)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ICEBERG_LOCAL", sql_connection(catalog_db, warehouse, **{"catalog-name": "local_lake"})
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_UNNAMED", sql_connection(catalog_db, warehouse))
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    # Same file, but the rows are keyed by catalog name: named after its id, the connection sees nothing.
+    assert IcebergCatalogHook("iceberg_unnamed").catalog.list_namespaces() == []
+
+    hook = IcebergCatalogHook("iceberg_local")
+    assert hook.catalog_config.name == "local_lake"
+    assert hook.catalog_config.ignored_keys == ()
+    assert hook.catalog.list_namespaces() == [("sales",)]
+    assert hook.load_table("sales.orders").scan().to_arrow().num_rows == 3
+    # Spark reads the same table under the same name (spark.sql.catalog.local_lake.*).
+    properties = hook.spark_properties()
+    assert "spark.sql.catalog.local_lake" in properties
+    assert not [key for key in properties if "catalog-name" in key or "iceberg_local" in key]
+    for key, value in properties.items():
+        spark.conf.set(key, value)
+    assert spark.sql("SELECT count(*) FROM local_lake.sales.orders").collect()[0][0] == 3
+
+
+def test_second_connection_to_the_embedded_catalog(catalog_hook, monkeypatch):
+    home = Path(os.environ["AIRFLOW_ICEBERG_DML_HOME"])
+    connection = sql_connection(
+        home / "catalog.db", home / "warehouse", **{"catalog-name": "iceberg_default"}
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_LOCAL_EMBEDDED", connection)
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    namespaces = IcebergCatalogHook("iceberg_local_embedded").catalog.list_namespaces()
+    assert (NAMESPACE,) in namespaces
+    assert namespaces == catalog_hook.catalog.list_namespaces()
+
+
+def test_missing_connection_is_an_error_and_only_the_default_means_embedded(catalog_hook):
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    assert IcebergCatalogHook().catalog_config.name == "iceberg_default"  # no connection: embedded
+    with pytest.raises(CatalogConnectionNotFoundError) as raised:
+        _ = IcebergCatalogHook("iceberg_defualt").catalog
+    message = str(raised.value)
+    assert "'iceberg_defualt' does not exist" in message
+    assert "airflow connections add iceberg_defualt --conn-type iceberg" in message
+    assert "AIRFLOW_CONN_ICEBERG_DEFUALT=" in message
+    assert not raised.value.retryable
+
+
+def test_mistyped_connection_fails_every_task_at_once_without_retries(catalog_hook, airflow_db, capfd):
+    from tests.dags.missing_connection_test_dag import MISTYPED_CONN_ID, TABLE, dag
+
+    if catalog_hook.catalog.table_exists(TABLE):
+        catalog_hook.catalog.purge_table(TABLE)
+    rows = pa.table({"id": pa.array(range(5), pa.int64())})
+    table = catalog_hook.catalog.create_table(TABLE, schema=rows.schema)
+    table.append(rows)
+    head = table.refresh().metadata.current_snapshot_id
+
+    dag_run = run_dag(dag)
+
+    tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    # Failed, not up_for_retry, although each task has two retries: a missing connection is bad input.
+    assert {task_id: (ti.state, ti.try_number) for task_id, ti in tis.items()} == {
+        "delete": ("failed", 1),
+        "compact": ("failed", 1),
+        "wait": ("failed", 1),
+    }
+    assert tis["wait"].duration < 30  # at its first poke, not at its 60 s timeout
+    assert catalog_hook.load_table(TABLE).metadata.current_snapshot_id == head
+    # Each task names the connection, not a table that seems to be missing.
+    output = "".join(capfd.readouterr())
+    assert output.count(f"CatalogConnectionNotFoundError: The Airflow connection {MISTYPED_CONN_ID!r}") >= 3
+    assert f"airflow connections add {MISTYPED_CONN_ID}" in output
+    assert "TableNotFoundError" not in output
