@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.spec import MaintenanceProcedure, SummaryKey
+from airflow_iceberg_dml.spec import MaintenanceProcedure, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -216,6 +216,7 @@ class HealthReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (for XCom)."""
         payload = asdict(self)
+        payload["snapshot_id"] = snapshot_id_text(self.snapshot_id)
         payload["needs"] = [procedure.value for procedure in self.needs]
         payload["reasons"] = {procedure.value: list(found) for procedure, found in self.reasons.items()}
         payload["healthy"] = self.healthy

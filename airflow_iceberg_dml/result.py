@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from airflow_iceberg_dml.spec import SummaryKey
+from airflow_iceberg_dml.spec import SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -26,9 +26,10 @@ class DmlResult(TypedDict):
     """The ref that was changed (``main`` unless ``branch`` was given)."""
     operation: str | None
     """Iceberg's snapshot operation (``delete``, ``overwrite``); None for a no-op."""
-    snapshot_id: int | None
-    """The snapshot the change committed; for a no-op, the unchanged head of the branch."""
-    parent_snapshot_id: int | None
+    snapshot_id: str | None
+    """The snapshot the change committed; for a no-op, the unchanged head of the branch. Decimal text:
+    ids use all 64 bits, more than a JSON number keeps in a browser."""
+    parent_snapshot_id: str | None
     sequence_number: int | None
     committed_at: str | None
     """Commit time, ISO 8601 in UTC."""
@@ -95,8 +96,8 @@ def committed_result(
         table=table,
         branch=branch,
         operation=operation,
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent_snapshot_id,
+        snapshot_id=snapshot_id_text(snapshot_id),
+        parent_snapshot_id=snapshot_id_text(parent_snapshot_id),
         sequence_number=sequence_number,
         committed_at=datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).isoformat(),
         write_mode=write_mode,
@@ -130,7 +131,7 @@ def noop_result(
         table=table,
         branch=branch,
         operation=None,
-        snapshot_id=head_snapshot_id,
+        snapshot_id=snapshot_id_text(head_snapshot_id),
         parent_snapshot_id=None,
         sequence_number=None,
         committed_at=None,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_iceberg_dml.exceptions import InvalidSnapshotFilterError
 from airflow_iceberg_dml.result import rows_deleted
-from airflow_iceberg_dml.spec import RunKey, SummaryKey
+from airflow_iceberg_dml.spec import RunKey, SummaryKey, parse_snapshot_id, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,9 +81,10 @@ class SnapshotInfo:
         return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable; snapshot ids as decimal text (see ``spec.snapshot_id_text``)."""
         return {
-            "snapshot_id": self.snapshot_id,
-            "parent_snapshot_id": self.parent_snapshot_id,
+            "snapshot_id": snapshot_id_text(self.snapshot_id),
+            "parent_snapshot_id": snapshot_id_text(self.parent_snapshot_id),
             "sequence_number": self.sequence_number,
             "operation": self.operation,
             "timestamp_ms": self.timestamp_ms,
@@ -97,7 +98,7 @@ class SnapshotInfo:
     def from_dict(cls, payload: Mapping[str, Any]) -> SnapshotInfo:
         return cls(
             snapshot_id=int(payload["snapshot_id"]),
-            parent_snapshot_id=payload.get("parent_snapshot_id"),
+            parent_snapshot_id=parse_snapshot_id("parent_snapshot_id", payload.get("parent_snapshot_id")),
             sequence_number=payload.get("sequence_number"),
             operation=payload.get("operation"),
             timestamp_ms=int(payload["timestamp_ms"]),
@@ -116,8 +117,9 @@ class SnapshotMatch(TypedDict):
 
     table: str
     ref: str
-    snapshot_id: int
-    parent_snapshot_id: int | None
+    snapshot_id: str
+    """Decimal text: ids use all 64 bits, more than a JSON number keeps in a browser."""
+    parent_snapshot_id: str | None
     sequence_number: int | None
     operation: str | None
     timestamp_ms: int

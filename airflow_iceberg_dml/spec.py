@@ -95,6 +95,29 @@ class SummaryKey:
     CHANGED_PARTITION_COUNT = "changed-partition-count"
 
 
+def snapshot_id_text(snapshot_id: int | None) -> str | None:
+    """A snapshot id as it leaves the package (XCom, asset events, reports): decimal text.
+
+    Iceberg snapshot ids are random 64-bit integers, beyond the 2**53 that a JavaScript number holds
+    exactly: as JSON numbers the Airflow UI and every JavaScript client would round them.
+    """
+    return None if snapshot_id is None else str(snapshot_id)
+
+
+def parse_snapshot_id(name: str, value: object) -> int | None:
+    """A snapshot id given as an integer or as its decimal text (what XCom carries); None when blank."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{name}={value!r} is not a snapshot id (an integer, or its decimal text).")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(
+            f"{name}={value!r} is not a snapshot id (an integer, or its decimal text)."
+        ) from None
+
+
 @dataclass(frozen=True)
 class RunKey:
     """The Airflow identity of one logical change. Two tries of a task share it."""

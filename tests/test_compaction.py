@@ -209,7 +209,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     assert result["procedures"] == []
     assert result["spark_app_id"] is None
     assert result["reason"].startswith("the table is healthy by the thresholds")
-    assert result["snapshot_id"] == head
+    assert result["snapshot_id"] == str(head)
     assert result["rewritten_data_files_count"] == 0
     assert result["health_before"]["healthy"] is True
     assert result["health_before"]["delete_files"] == 0
@@ -424,12 +424,12 @@ def test_table_care_dag_compacts_then_removes_old_orphans(spark, catalog_hook, a
     assert compacted["added_data_files_count"] == 3
     assert compacted["failed_data_files_count"] == 0
     assert compacted["outputs"]["rewrite_data_files"]["rewritten_data_files_count"] == 12
-    assert compacted["snapshot_id"] == after.current_snapshot().snapshot_id
+    assert compacted["snapshot_id"] == str(after.current_snapshot().snapshot_id)
     assert compacted["duration_s"] > 0
     assert compacted["health_before"]["needs"] == ["rewrite_data_files"]
     assert compacted["health_after"]["healthy"] is True
     for snapshot_id in compacted["committed_snapshot_ids"]:
-        summary = after.snapshot_by_id(snapshot_id).summary.additional_properties
+        summary = after.snapshot_by_id(int(snapshot_id)).summary.additional_properties
         assert summary[SummaryKey.DAG_ID] == "iceberg_table_care"
         assert summary[SummaryKey.TASK_ID] == "compact"
         assert summary[SummaryKey.RUN_ID] == dag_run.run_id

@@ -49,6 +49,10 @@ def postgres_uri() -> Iterator[str]:
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
+        # The server's user must pass through the session's private temp folders (search, not list).
+        for parent in folder.parents:
+            if parent.stat().st_uid == 0 and not parent.stat().st_mode & 0o001:
+                parent.chmod(parent.stat().st_mode | 0o011)
     (folder / "pw").write_text("iceberg-pw\n")
     if as_user:
         shutil.chown(folder / "pw", "postgres")

@@ -144,7 +144,7 @@ def test_a_retry_reattaches_to_the_spark_submit_its_killed_worker_left(
     # The change is in the table exactly once, as one commit of this run key.
     assert _bumps(catalog_hook, name) == {value + 1 for value in before}
     assert len(table.metadata.snapshots) == snapshots_before + 1
-    summary = table.snapshot_by_id(result["snapshot_id"]).summary
+    summary = table.snapshot_by_id(int(result["snapshot_id"])).summary
     assert summary[SummaryKey.RUN_ID] == run_id
     if orphan == "running":
         assert "Re-attaching to spark-submit" in output

@@ -223,17 +223,21 @@ def test_the_operator_replays_an_earlier_commit_without_starting_spark(spark, ca
         task_id="fix", table=name, where="order_id = 1", set={"amount": "0"}, expected_snapshot_id=planned_on
     )
     ti = SimpleNamespace(dag_id="dag_r", task_id="fix", run_id="manual__1", map_index=-1, try_number=2)
-    outlet_events: dict[Any, Any] = {operator.outlets[0]: SimpleNamespace(extra=None)}
-    result = operator.execute({"ti": ti, "outlet_events": outlet_events})
+    added: list[tuple[Any, dict[str, Any]]] = []
+    alias_events = SimpleNamespace(add=lambda asset, extra: added.append((asset, extra)))
+    result = operator.execute({"ti": ti, "outlet_events": {operator.outlets[0]: alias_events}})
 
     assert result["replayed"] is True
-    assert result["snapshot_id"] == committed.snapshot_id
+    assert result["snapshot_id"] == str(committed.snapshot_id)
     assert result["rows_deleted"] == result["rows_inserted"] == 1
     assert operator._spark_hook is None  # no Spark application was submitted
     assert len(load(catalog_hook, name).metadata.snapshots) == snapshots
     summary = load(catalog_hook, name).snapshot_by_id(committed.snapshot_id).summary
     assert summary[SummaryKey.TRY_NUMBER] == "1"
-    assert outlet_events[operator.outlets[0]].extra["replayed"] is True
+    [(asset, extra)] = added
+    assert asset.uri == f"iceberg://{CATALOG}/{name.replace('.', '/')}"
+    assert extra["replayed"] is True
+    assert extra["snapshot_id"] == str(committed.snapshot_id)
 
 
 def _commit_during_next_spark_job(spark, commit) -> threading.Thread:
@@ -264,17 +268,32 @@ def slow_filter(spark):
     return "slow_even(order_id)"
 
 
+def _commit_during_the_write(spark, monkeypatch, commit) -> list[threading.Thread]:
+    """Run ``commit`` from another writer while the change's own write runs (after its match check)."""
+    checked = DmlJob._matches_any
+    others: list[threading.Thread] = []
+
+    def check_then_race(job: DmlJob, head: int) -> bool:
+        matches = checked(job, head)
+        if not others:
+            others.append(_commit_during_next_spark_job(spark, commit))
+        return matches
+
+    monkeypatch.setattr(DmlJob, "_matches_any", check_then_race)
+    return others
+
+
 @pytest.mark.parametrize(("retries", "outcome"), [(2, "committed"), (0, "conflict")])
 def test_a_commit_conflict_is_replanned_within_bounds(
-    spark, catalog_hook, slow_filter, retries, outcome, capsys
+    spark, catalog_hook, slow_filter, retries, outcome, capsys, monkeypatch
 ):
     name = create_orders_table(spark, new_table_name("conflict"), rows=200, files_per_partition=1)
     table = load(catalog_hook, name)
     # The other writer rewrites the data files this DELETE is deleting from (pyiceberg copy-on-write).
-    other = _commit_during_next_spark_job(spark, lambda: table.delete("order_id <= 150"))
+    others = _commit_during_the_write(spark, monkeypatch, lambda: table.delete("order_id <= 150"))
     if outcome == "committed":
         record = run(spark, name, where=slow_filter, conflict_retries=retries)
-        other.join()
+        others[0].join()
         assert record.outcome is Outcome.COMMITTED
         assert "Commit conflict (attempt 1 of 3): ValidationException" in capsys.readouterr().out
         remaining = load(catalog_hook, name).scan().to_arrow()["order_id"].to_pylist()
@@ -282,6 +301,6 @@ def test_a_commit_conflict_is_replanned_within_bounds(
     else:
         with pytest.raises(ConcurrentCommitError, match=r"after 1 attempt\(s\): ValidationException"):
             run(spark, name, where=slow_filter, conflict_retries=retries)
-        other.join()
+        others[0].join()
         remaining = load(catalog_hook, name).scan().to_arrow()["order_id"].to_pylist()
         assert sorted(remaining) == list(range(151, 201))  # only the other writer's change landed

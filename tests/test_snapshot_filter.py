@@ -338,7 +338,7 @@ def test_watch_state_round_trips_through_json():
 def test_snapshot_match_reports_the_newest_and_all():
     older = snap(6, 5, minute=6)
     match = snapshot_match("tests.t", "main", [older, DELETE_BY_RUN])
-    assert match["snapshot_id"] == 7
+    assert match["snapshot_id"] == "7"
     assert match["operation"] == "delete"
     assert match["sequence_number"] == 7
     assert match["committed_at"] == "2026-01-01T00:07:00+00:00"

@@ -119,11 +119,11 @@ def later(delay_s: float, action: Callable[[], Any]) -> threading.Thread:
 
 
 def expected_fields(table: Table, snapshot_id: int) -> dict[str, Any]:
-    """The sensor's fields for a snapshot, read by pyiceberg."""
+    """The sensor's fields for a snapshot, read by pyiceberg (ids as text: JavaScript keeps them exact)."""
     snapshot = table.snapshot_by_id(snapshot_id)
     return {
-        "snapshot_id": snapshot.snapshot_id,
-        "parent_snapshot_id": snapshot.parent_snapshot_id,
+        "snapshot_id": str(snapshot.snapshot_id),
+        "parent_snapshot_id": str(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None,
         "sequence_number": snapshot.sequence_number,
         "operation": snapshot.summary.operation.value,
         "timestamp_ms": snapshot.timestamp_ms,
@@ -164,7 +164,7 @@ def test_sensor_finds_a_spark_delete_by_its_run_key(spark, catalog_hook, orders)
     assert match["summary"][SummaryKey.TRY_NUMBER] == "2"
     assert match["table"] == orders
     assert match["ref"] == "main"
-    assert [item["snapshot_id"] for item in match["snapshots"]] == [target]
+    assert [item["snapshot_id"] for item in match["snapshots"]] == [str(target)]
     assert match["snapshots"][0]["rows_deleted"] == 3  # order_id 2, 102, 202
     assert json.loads(json.dumps(match)) == match
 
@@ -219,8 +219,8 @@ def test_sensor_waits_for_count_commits_made_while_it_pokes(catalog_hook, orders
     match = sensor.execute({})
     thread.join()
     assert time.monotonic() - began >= 1.0
-    assert [item["snapshot_id"] for item in match["snapshots"]] == [commits[0], commits[2]]
-    assert match["snapshot_id"] == commits[2]
+    assert [item["snapshot_id"] for item in match["snapshots"]] == [str(commits[0]), str(commits[2])]
+    assert match["snapshot_id"] == str(commits[2])
     assert all(item["summary"]["batch"] == "b-2" for item in match["snapshots"])
 
 
@@ -234,7 +234,7 @@ def test_branch_and_tag_refs(spark, catalog_hook, orders):
     on_branch = IcebergSnapshotSensor(
         task_id="b", table=orders, ref="audit", summary={"batch": "audit-1"}, timeout=5, poke_interval=0.1
     ).execute({})
-    assert on_branch["snapshot_id"] == audit_head
+    assert on_branch["snapshot_id"] == str(audit_head)
     assert on_branch["ref"] == "audit"
     assert head(catalog_hook, orders) == before  # main did not move
     on_main = IcebergSnapshotSensor(
@@ -252,7 +252,7 @@ def test_branch_and_tag_refs(spark, catalog_hook, orders):
         0.5,
         lambda: spark.sql(f"ALTER TABLE {CATALOG}.{orders} REPLACE TAG release AS OF VERSION {audit_head}"),
     )
-    assert tagged.execute({})["snapshot_id"] == audit_head
+    assert tagged.execute({})["snapshot_id"] == str(audit_head)
 
 
 # ---- the trigger's async loop, run for real ----
@@ -289,7 +289,7 @@ def test_trigger_waits_then_yields_exactly_one_event(catalog_hook, orders):
     assert len(events) == 1
     payload = events[0].payload
     assert payload["status"] == SnapshotTriggerStatus.MATCHED
-    assert payload["snapshot_id"] == commits[1]  # the oldest match, not the newest
+    assert payload["snapshot_id"] == str(commits[1])  # the oldest match, not the newest
     table = load(catalog_hook, orders)
     assert {key: payload[key] for key in expected_fields(table, commits[1])} == expected_fields(
         table, commits[1]
@@ -355,13 +355,13 @@ def test_watch_mode_streams_new_matches_and_resumes_after_restart(catalog_hook, 
     commits: list[int] = []
     later(0.6, lambda: commits.extend(append(catalog_hook, orders, b) for b in ("w", "x", "w")))
     events = asyncio.run(collect(watcher(), 2, 20))
-    assert [event.payload["snapshot_id"] for event in events] == [commits[0], commits[2]]
+    assert [event.payload["snapshot_id"] for event in events] == [str(commits[0]), str(commits[2])]
     assert store.values[STATE_KEY]["head_snapshot_id"] == commits[2]
 
     # A restart: the stored position is used; nothing is reported twice, the next commit is.
     later(0.6, lambda: commits.append(append(catalog_hook, orders, "w")))
     events = asyncio.run(collect(watcher(), 1, 20))
-    assert [event.payload["snapshot_id"] for event in events] == [commits[3]]
+    assert [event.payload["snapshot_id"] for event in events] == [str(commits[3])]
     assert asyncio.run(collect(watcher(), 1, 1.0)) == []
 
 
@@ -399,7 +399,7 @@ def test_deferrable_sensor_through_dag_test(catalog_hook, airflow_db, orders):
     assert deferred.is_set(), "the sensor never deferred to the trigger"
     assert task_states(dag_run) == {"wait": "success", "pinned": "success"}
     match = xcom_result(dag_run, "wait")
-    assert match["snapshot_id"] == commits[1]
+    assert match["snapshot_id"] == str(commits[1])
     assert match["summary"]["batch"] == "deferred"
     assert xcom_result(dag_run, "pinned") == commits[1]
 
@@ -789,4 +789,4 @@ def test_rest_catalog_unchanged_poll_is_a_304_without_body(rest_catalog_conn):
     sensor = IcebergSnapshotSensor(
         task_id="rest", table="tests.rest_orders", catalog_conn_id=rest_catalog_conn, summary={"batch": "r-2"}
     )
-    assert sensor.execute({})["snapshot_id"] == moved.head_snapshot_id
+    assert sensor.execute({})["snapshot_id"] == str(moved.head_snapshot_id)

@@ -29,6 +29,7 @@ from airflow_iceberg_dml.spec import (
     ScalarParameter,
     SummaryKey,
     WriteMode,
+    parse_snapshot_id,
 )
 
 if TYPE_CHECKING:
@@ -49,6 +50,15 @@ def table_asset_uri(catalog_conn_id: str, table: str) -> str:
 
 def _is_template(value: str) -> bool:
     return "{{" in value or "{%" in value
+
+
+def table_asset_alias(catalog_conn_id: str, table: str, task_identity: str) -> AssetAlias:
+    """The alias each DML task declares; it attaches the table's asset only when the task commits.
+
+    Named after the table when it is known at parse time, after the task when ``table`` is a template.
+    """
+    subject = f"task {task_identity}" if _is_template(table) else table
+    return AssetAlias(name=f"iceberg-dml:{catalog_conn_id}:{subject}")
 
 
 class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
@@ -97,6 +107,10 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         whose earlier try's worker died while that spark-submit went on re-attaches: it waits for
         that job instead of starting another, then takes its result (and removes its private
         folder). Elsewhere, the retry starts a new job and ``exactly_once`` keeps the change single.
+    :param asset_event_on_noop: The task emits an asset event for the table when it commits. When
+        nothing matched (or on a dry run) it emits none by default, so DAGs scheduled on the table do
+        not run for a change that did not happen. Set True to emit one anyway, with ``noop: true``
+        in its extra (DAGs scheduled on the table then run on it).
     """
 
     job_kind: ClassVar[JobKind]
@@ -134,15 +148,18 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         exactly_once: bool = True,
         conflict_retries: int = 2,
         durable: bool = True,
+        asset_event_on_noop: bool = False,
         **kwargs: Any,
     ) -> None:
-        outlets = list(kwargs.pop("outlets", None) or [])
-        if _is_template(table):
-            # The table is known only at run time: declare an alias and attach the table to it then.
-            self._table_outlet: Asset | AssetAlias = AssetAlias(name=f"iceberg-dml:{catalog_conn_id}:{table}")
-        else:
-            self._table_outlet = Asset(uri=table_asset_uri(catalog_conn_id, table))
-        super().__init__(outlets=[*outlets, self._table_outlet], **kwargs)
+        super().__init__(**kwargs)
+        if not _is_template(table):
+            table_asset_uri(catalog_conn_id, table)  # a malformed name fails when the DAG is parsed
+        # An alias, not the table's asset itself: Airflow emits an event for every declared asset of a
+        # task that succeeds, and a change that committed nothing must not schedule the table's DAGs.
+        has_dag = self.has_dag()  # type: ignore[no-untyped-call]
+        task_identity = f"{self.dag_id}.{self.task_id}" if has_dag else self.task_id
+        self._table_outlet = table_asset_alias(catalog_conn_id, table, task_identity)
+        self.outlets = [*self.outlets, self._table_outlet]
         self.table = table
         self.where = where
         self.parameters = parameters
@@ -163,20 +180,12 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         self.exactly_once = exactly_once
         self.conflict_retries = conflict_retries
         self.durable = durable
+        self.asset_event_on_noop = asset_event_on_noop
         self._spark_hook: IcebergSparkSubmitHook | None = None
 
     def assignments(self) -> dict[str, str]:
         """UPDATE's ``set``; empty for DELETE."""
         return {}
-
-    def _expected_snapshot_id(self) -> int | None:
-        value = self.expected_snapshot_id
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"expected_snapshot_id={value!r} is not a snapshot id (an integer).") from None
 
     def _check_inputs(self, table: Table) -> None:
         """Cheap checks from table metadata, before any Spark application starts."""
@@ -212,7 +221,7 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         catalog_hook = IcebergCatalogHook(self.catalog_conn_id)
         table = catalog_hook.load_table(self.table)
         self._check_inputs(table)
-        expected = self._expected_snapshot_id()
+        expected = parse_snapshot_id("expected_snapshot_id", self.expected_snapshot_id)
         ti = context["ti"]
         run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
         store = self._task_state_store(context)
@@ -387,20 +396,22 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         )
 
     def _emit_asset_event(self, context: Context, result: DmlResult) -> None:
+        if result["noop"] and not self.asset_event_on_noop:
+            self.log.info("No asset event: nothing was committed (asset_event_on_noop=False).")
+            return
         extra: dict[str, JsonValue] = {
             "snapshot_id": result["snapshot_id"],
+            "parent_snapshot_id": result["parent_snapshot_id"],
             "operation": result["operation"],
             "branch": result["branch"],
             "noop": result["noop"],
             "replayed": result["replayed"],
             "dry_run": result["dry_run"],
+            "rows_deleted": result["rows_deleted"],
+            "rows_inserted": result["rows_inserted"],
         }
-        outlet_events = context["outlet_events"]
-        if isinstance(self._table_outlet, AssetAlias):
-            asset = Asset(uri=table_asset_uri(self.catalog_conn_id, self.table))
-            outlet_events[self._table_outlet].add(asset, extra=extra)
-        else:
-            outlet_events[self._table_outlet].extra = extra
+        asset = Asset(uri=table_asset_uri(self.catalog_conn_id, self.table))
+        context["outlet_events"][self._table_outlet].add(asset, extra=extra)
 
     def _log_result(self, result: DmlResult) -> None:
         if result["noop"]:

@@ -29,6 +29,7 @@ from airflow_iceberg_dml.spec import (
     ProcedureCall,
     RemoveOrphanFilesCall,
     RunKey,
+    snapshot_id_text,
 )
 
 if TYPE_CHECKING:
@@ -51,9 +52,10 @@ class MaintenanceResult(TypedDict):
     reason: str
     """Why the procedures ran (the health findings, or ``force=True``), or why they did not."""
     forced: bool
-    snapshot_id: int | None
-    """The newest snapshot this task committed; when it committed none, the table's head snapshot."""
-    committed_snapshot_ids: list[int]
+    snapshot_id: str | None
+    """The newest snapshot this task committed; when it committed none, the table's head snapshot.
+    Decimal text: ids use all 64 bits, more than a JSON number keeps in a browser."""
+    committed_snapshot_ids: list[str]
     """Every snapshot this task committed, newest first (a rewrite with partial progress makes several)."""
     spark_app_id: str | None
     conflict_retries: int
@@ -197,8 +199,8 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
             noop=False,
             reason=reason,
             forced=self.forced and not_needed is not None,
-            snapshot_id=commits[0] if commits else health_after.snapshot_id,
-            committed_snapshot_ids=commits,
+            snapshot_id=snapshot_id_text(commits[0] if commits else health_after.snapshot_id),
+            committed_snapshot_ids=[str(snapshot_id) for snapshot_id in commits],
             spark_app_id=record.spark_app_id if record else None,
             conflict_retries=int(record.details.get("conflict_retries", 0)) if record else 0,
             outputs=_json(dict(record.details.get("outputs", {}))) if record else {},
@@ -234,7 +236,7 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
             noop=True,
             reason=reason,
             forced=False,
-            snapshot_id=health.snapshot_id,
+            snapshot_id=snapshot_id_text(health.snapshot_id),
             committed_snapshot_ids=[],
             spark_app_id=None,
             conflict_retries=0,

@@ -50,14 +50,14 @@ def check_delete_then_update(
         results["compact"] = compaction = xcom_result(dag_run, "compact")
         check_compaction(table, compaction, after=updated["snapshot_id"])
     else:
-        assert table.current_snapshot().snapshot_id == updated["snapshot_id"]
+        assert str(table.current_snapshot().snapshot_id) == updated["snapshot_id"]
 
     # Every commit was made by an application of the standalone master, not by a local[*] driver.
     committed = [deleted["snapshot_id"], updated["snapshot_id"]]
     if compacted:
         committed += results["compact"]["committed_snapshot_ids"]
     app_ids = {
-        table.snapshot_by_id(snapshot_id).summary.additional_properties["spark.app.id"]
+        table.snapshot_by_id(int(snapshot_id)).summary.additional_properties["spark.app.id"]
         for snapshot_id in committed
     }
     assert len(app_ids) == 2 + compacted
@@ -74,18 +74,18 @@ def check_delete_then_update(
     return results
 
 
-def check_compaction(table: Table, compaction: dict[str, Any], *, after: int) -> None:
+def check_compaction(table: Table, compaction: dict[str, Any], *, after: str) -> None:
     """The compaction rewrote every data file on top of ``after`` and left no delete file behind."""
     assert compaction["noop"] is False
     assert compaction["procedures"][:2] == ["rewrite_data_files", "rewrite_position_delete_files"]
     assert compaction["rewritten_data_files_count"] > 0
     assert compaction["failed_data_files_count"] == 0
     head = table.current_snapshot()
-    assert head.snapshot_id == compaction["committed_snapshot_ids"][0]
+    assert str(head.snapshot_id) == compaction["committed_snapshot_ids"][0]
     lineage, snapshot = [], head
     while snapshot is not None:
         lineage.append(snapshot.snapshot_id)
         snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-    assert after in lineage
+    assert int(after) in lineage
     summary = head.summary.additional_properties
     assert summary["total-delete-files"] == summary["total-position-deletes"] == "0"

@@ -83,8 +83,8 @@ def test_the_dml_dag_runs_through_the_rest_catalog_with_s3_and_no_secret_leaks(
 
     # What a task with a remote driver (no record file) relies on: the run key names the commit.
     run_key = RunKey("cluster_dml_rest", "delete", dag_run.run_id, -1)
-    commits = hook.find_run_commits(table, run_key, stop_at=results["delete"]["parent_snapshot_id"])
-    assert [commit.snapshot_id for commit in commits] == [results["delete"]["snapshot_id"]]
+    commits = hook.find_run_commits(table, run_key, stop_at=int(results["delete"]["parent_snapshot_id"]))
+    assert [str(commit.snapshot_id) for commit in commits] == [results["delete"]["snapshot_id"]]
 
 
 def test_the_rest_catalog_refuses_a_wrong_credential(rest_catalog, s3_server, monkeypatch):
@@ -167,7 +167,7 @@ def test_the_snapshot_trigger_sees_a_new_commit_through_the_rest_catalog(on_rest
 
     snapshot_id, payload = asyncio.run(wait_for_the_commit())
     assert payload["status"] == "matched"
-    assert payload["snapshot_id"] == snapshot_id
+    assert payload["snapshot_id"] == str(snapshot_id)
     assert payload["summary"]["batch"] == batch
 
     # Unchanged polls are cheap on this server: a conditional loadTable answers 304, with no body.
