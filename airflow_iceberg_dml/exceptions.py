@@ -70,7 +70,7 @@ class CatalogConfigError(IcebergDmlError):
 
 
 class CatalogConnectionNotFoundError(CatalogConfigError):
-    """The ``iceberg`` connection named by ``catalog_conn_id`` does not exist (only the default may be absent)."""
+    """The ``iceberg`` connection named by ``catalog_conn_id`` does not exist (only the default may)."""
 
 
 class JarResolutionError(IcebergDmlError):
