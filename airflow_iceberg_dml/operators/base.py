@@ -69,8 +69,9 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         select every row on purpose. (templated)
     :param parameters: Values for named parameter markers (``:name``) in ``where`` and the ``set``
         expressions, bound by Spark instead of formatted into the SQL. (templated)
-    :param catalog_conn_id: ``iceberg`` connection; also the catalog name in Spark. With no such
-        connection, the embedded SQLite catalog is used.
+    :param catalog_conn_id: ``iceberg`` connection; also the catalog name unless its extra ``catalog-name``
+        names it. ``iceberg_default`` with no such connection is the embedded SQLite catalog; any other id
+        must exist (``CatalogConnectionNotFoundError``, no retry).
     :param spark_conn_id: ``spark`` connection; with no such connection, ``local[*]``.
     :param spark_conf: Extra Spark configuration for this job (kept off the command line).
     :param snapshot_properties: Your own entries for the commit's snapshot summary, e.g. a batch

@@ -79,8 +79,9 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
     """Health check, then the Iceberg procedures through spark-submit when the table needs them.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
-    :param catalog_conn_id: ``iceberg`` connection; also the catalog name in Spark. With no such
-        connection, the embedded SQLite catalog is used.
+    :param catalog_conn_id: ``iceberg`` connection; also the catalog name unless its extra ``catalog-name``
+        names it. ``iceberg_default`` with no such connection is the embedded SQLite catalog; any other id
+        must exist (``CatalogConnectionNotFoundError``, no retry).
     :param spark_conn_id: ``spark`` connection; with no such connection, ``local[*]``.
     :param spark_conf: Extra Spark configuration for this job (kept off the command line).
     :param health_thresholds: :class:`~airflow_iceberg_dml.health.HealthThresholds` (or a dict of
