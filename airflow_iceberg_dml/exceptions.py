@@ -27,6 +27,10 @@ class TableNotFoundError(IcebergDmlError):
     """The table does not exist in the catalog."""
 
 
+class InvalidTableNameError(IcebergDmlError, ValueError):
+    """``table`` is not ``namespace.table`` (after templates are rendered)."""
+
+
 class BranchNotFoundError(IcebergDmlError):
     """The branch named by ``branch`` does not exist on the table."""
 

@@ -117,3 +117,28 @@ def test_a_job_runs_with_jars_that_spark_resolves_itself(spark, catalog_hook, mo
     assert load(catalog_hook, name).scan().to_arrow().num_rows == 27
     assert any("Spark jars resolved by spark-submit itself" in entry["event"] for entry in logs)
     assert (ivy / "jars" / f"org.apache.iceberg_{runtime.ICEBERG_SPARK_RUNTIME.file_name}").is_file()
+
+
+# ---- messages that name what is wrong ----
+
+
+def test_a_rendered_table_without_namespace_is_named_not_pyiceberg_s_empty_namespace(catalog_hook):
+    from airflow_iceberg_dml.exceptions import InvalidTableNameError
+
+    with pytest.raises(InvalidTableNameError, match=r"'orders' must be 'namespace\.table'"):
+        catalog_hook.load_table("orders")
+
+
+def test_a_missing_branch_names_the_table_as_written_not_as_a_tuple(catalog_hook):
+    import pyarrow as pa
+
+    from airflow_iceberg_dml.exceptions import BranchNotFoundError
+    from tests.conftest import new_table_name
+
+    name = new_table_name("branch_message")
+    table = catalog_hook.catalog.create_table(name, schema=pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": [1]}))
+    with pytest.raises(BranchNotFoundError) as raised:
+        catalog_hook.head_snapshot(catalog_hook.load_table(name), "nope")
+    assert f"'nope' does not exist on table '{name}'" in str(raised.value)
+    assert "('" not in str(raised.value)

@@ -16,8 +16,10 @@ from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_propertie
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogConnectionNotFoundError,
+    InvalidTableNameError,
     TableNotFoundError,
 )
+from airflow_iceberg_dml.jobs.sql import split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -98,6 +100,10 @@ class IcebergCatalogHook(IcebergHook):
     def load_table(self, table_name: str) -> Table:
         """Load a table by ``namespace.table``, or raise :class:`TableNotFoundError`."""
         try:
+            split_table_name(table_name)
+        except ValueError as error:
+            raise InvalidTableNameError(str(error)) from None
+        try:
             return self.catalog.load_table(table_name)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise TableNotFoundError(
@@ -110,7 +116,10 @@ class IcebergCatalogHook(IcebergHook):
         if branch is None:
             return table.current_snapshot()
         if branch not in table.metadata.refs:
-            raise BranchNotFoundError(f"Branch {branch!r} does not exist on table {table.name()!r}.")
+            raise BranchNotFoundError(
+                f"Branch {branch!r} does not exist on table {'.'.join(table.name())!r}; create it first "
+                f"(ALTER TABLE ... CREATE BRANCH {branch})."
+            )
         return table.snapshot_by_name(branch)
 
     @staticmethod
