@@ -13,6 +13,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from bench import plots
+from bench.bench_noop_check import NAME as NOOP_CHECK
+from bench.bench_noop_check import Side
 from bench.bench_tpch import Method, results_name
 from bench.common import (
     REPO,
@@ -302,7 +304,11 @@ def summary_block(
             f"- Driver peak RSS for a DELETE of {largest['positions']:,} positions: "
             f"{format_bytes(largest['peak_rss_bytes'])} (default `spark.driver.memory`)."
         )
-    for name, section in (("sensor_poll", "Sensor poll cost"), ("compaction", "Compaction payoff")):
+    for name, section in (
+        ("sensor_poll", "Sensor poll cost"),
+        ("compaction", "Compaction payoff"),
+        (NOOP_CHECK, "No-match check"),
+    ):
         found = read_results(name)
         where = f"`bench/results/{name}.json`"
         state = (
@@ -310,6 +316,70 @@ def summary_block(
         )
         lines.append(f"- {section}: see [{section}](#{section.lower().replace(' ', '-')}) ({state}).")
     return "\n".join(lines)
+
+
+def noop_check_block(noop: dict[str, Any]) -> str:
+    """The existence check alone, and the DELETE job with and without it, per table."""
+    tables = noop["tables"]
+
+    def median_of(table: dict[str, Any], side: Side) -> str:
+        return format_seconds(table["sides"][side]["median"])
+
+    def label(table: dict[str, Any]) -> str:
+        return f"`{table['table']}` ({table['rows']:,} rows, {table['data_files']} data files)"
+
+    predicates = "; ".join(
+        f"`{table['table']}`: no match `{table['no_match_where']}`, match `{table['match_where']}` "
+        f"({table['rows_matched']} rows)"
+        for table in tables
+    )
+    check = markdown_table(
+        [
+            "table",
+            *(str(side) for side in (Side.CHECK_NO_MATCH, Side.CHECK_MATCH, Side.JOB_MATCH)),
+            *(f"{side} / {Side.JOB_MATCH}" for side in (Side.CHECK_NO_MATCH, Side.CHECK_MATCH)),
+        ],
+        [
+            [
+                label(table),
+                *(median_of(table, side) for side in (Side.CHECK_NO_MATCH, Side.CHECK_MATCH, Side.JOB_MATCH)),
+                format_percent(table["ratios"]["check_no_match_over_job"]),
+                format_percent(table["ratios"]["check_match_over_job"]),
+            ]
+            for table in tables
+        ],
+    )
+    jobs = markdown_table(
+        [
+            "table",
+            str(Side.JOB_MATCH),
+            str(Side.JOB_MATCH_UNCHECKED),
+            "with / without check",
+            f"{Side.JOB_NO_MATCH} (commits nothing)",
+            f"{Side.JOB_NO_MATCH_UNCHECKED} (commits an empty snapshot)",
+            "with / without check",
+        ],
+        [
+            [
+                f"`{table['table']}`",
+                median_of(table, Side.JOB_MATCH),
+                median_of(table, Side.JOB_MATCH_UNCHECKED),
+                format_ratio(table["ratios"]["job_over_job_without_check"]),
+                median_of(table, Side.JOB_NO_MATCH),
+                median_of(table, Side.JOB_NO_MATCH_UNCHECKED),
+                format_ratio(table["ratios"]["job_no_match_over_without_check"]),
+            ]
+            for table in tables
+        ],
+    )
+    return (
+        f"TPC-H scale factor {noop['scale_factor']:g}, merge-on-read, every job from the tagged base "
+        f"snapshot; median of {noop['runs']} runs of each side, interleaved, after "
+        f"{noop['warm_up_runs']} warm-up run each. Predicates: {predicates}. This run took "
+        f"{noop['runtime_seconds'] / 60:.0f} min.\n\n"
+        f"The check alone, against the matching DELETE job:\n\n{check}\n\n"
+        f"The DELETE job with the check and without it (as before the check):\n\n{jobs}"
+    )
 
 
 def secondary_scale_block(tpch: dict[str, Any]) -> str:
@@ -350,6 +420,9 @@ def update_docs() -> None:
         blocks["tpch-secondary"] = secondary_scale_block(secondary)
     if memory:
         blocks["driver-memory"] = driver_memory_block(memory)
+    noop = read_results(NOOP_CHECK)
+    if noop:
+        blocks["noop-check"] = noop_check_block(noop)
     for name, content in blocks.items():
         text = replace_block(text, name, content)
     DOCS.write_text(text)
