@@ -24,6 +24,9 @@ PACKAGE_VERSION = __version__
 #: Version of the JSON layout below. A job refuses a spec whose version it does not know.
 SPEC_VERSION = 1
 
+#: Prefix of the lines a job prints for the task log; the hook shows these at INFO, the JVM's at DEBUG.
+LOG_PREFIX = "iceberg-dml | "
+
 
 class JobKind(StrEnum):
     """What a job does to the table."""

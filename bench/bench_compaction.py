@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.jobs.sql import table_identifier
+from airflow_iceberg_dml.sql import table_identifier
 from bench import tpch
 from bench.common import (
     Samples,

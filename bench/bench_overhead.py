@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.jobs.runner import LOG_PREFIX
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, SummaryKey, WriteMode
+from airflow_iceberg_dml.spec import LOG_PREFIX, DmlSpec, JobKind, SummaryKey, WriteMode
 from bench.common import (
     Samples,
     format_percent,

@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
+from airflow_iceberg_dml.jobs import spark_internals
+
 NAME = "sensor_poll"
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 #: Goal of issue 3: a poll of an unchanged table costs the same whatever the length of its history.
@@ -97,11 +99,8 @@ class JavaAppender:
     def __init__(self, spark: SparkSession, name: str) -> None:
         from bench.tables import CATALOG
 
-        jvm: Any = spark._jvm
-        self._iceberg = jvm.org.apache.iceberg
-        self._table = self._iceberg.spark.Spark3Util.loadIcebergTable(
-            spark._jsparkSession, f"{CATALOG}.{name}"
-        )
+        self._iceberg = spark_internals.jvm(spark).org.apache.iceberg
+        self._table = spark_internals.java_table(spark, f"{CATALOG}.{name}", name, CATALOG)
 
     def _data_file(self, uri: str, size: int) -> Any:
         return (

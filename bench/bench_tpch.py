@@ -24,7 +24,7 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.jobs import sql
+from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.jobs.dml import run_spec
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, SummaryKey, WriteMode
 from bench.common import Samples, format_seconds, interleaved, log, median, timed, write_results

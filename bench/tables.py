@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from airflow_iceberg_dml.jobs import sql
+from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.spec import SummaryKey, WriteMode
 
 if TYPE_CHECKING:

@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
 
 import pytest
 
 from airflow_iceberg_dml.exceptions import ConcurrentCommitError, error_from_record
 from airflow_iceberg_dml.health import HealthThresholds
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg_dml.jobs.maintenance import run_spec
+from airflow_iceberg_dml.jobs.maintenance import MaintenanceJob, run_spec
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.result import rows_deleted
 from airflow_iceberg_dml.spec import (
@@ -51,6 +52,8 @@ MOR = {"write.delete.mode": "merge-on-read"}
 
 
 def spark_rows(spark: SparkSession, name: str) -> list[tuple[Any, ...]]:
+    """The rows as a new Spark reader sees them (the shared session's cached table refreshed first)."""
+    spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
     return [tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{name} ORDER BY order_id").collect()]
 
 
@@ -276,15 +279,17 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
 def commit_while_rewrite_waits(spark: SparkSession, commit: Callable[[], Any]) -> Iterator[dict[str, Any]]:
     """Make another writer commit after the rewrite has planned and before it can commit.
 
-    Every task slot of the shared session is held by a job that waits for a file; the rewrite plans
-    on the driver, submits its Spark job, and that job waits. As soon as it is submitted, ``commit``
-    runs (in another process or engine), then the slots are released and the rewrite goes on.
+    When the job starts its first rewrite (after its own reads of the table's metadata), every task
+    slot of the shared session is taken by a job that waits for a file; the rewrite plans on the
+    driver, submits its Spark job, and that job waits. As soon as it is submitted, ``commit`` runs
+    (in another process or engine), then the slots are released and the rewrite goes on.
     """
     release = Path(tempfile.mkdtemp(prefix="release-")) / "go"
     slots = spark.sparkContext.defaultParallelism
     tracker = spark.sparkContext.statusTracker()
     outcome: dict[str, Any] = {}
     release_path = str(release)
+    threads: list[threading.Thread] = []
 
     def hold(_: object) -> None:
         while not os.path.exists(release_path):
@@ -307,19 +312,28 @@ def commit_while_rewrite_waits(spark: SparkSession, commit: Callable[[], Any]) -
         finally:
             release.touch()
 
-    occupier = threading.Thread(target=occupy, daemon=True)
-    occupier.start()
-    while not tracker.getActiveJobsIds():
-        time.sleep(0.05)
-    held = set(tracker.getActiveJobsIds())
-    helper = threading.Thread(target=interleave, args=(held,), daemon=True)
-    helper.start()
+    rewrite = MaintenanceJob._rewrite_data
+
+    def take_the_slots_then_rewrite(job: MaintenanceJob, call: Any, table: Any) -> dict[str, Any]:
+        if not threads:
+            before = set(tracker.getActiveJobsIds())
+            threads.append(threading.Thread(target=occupy, daemon=True))
+            threads[0].start()
+            while not set(tracker.getActiveJobsIds()) - before:
+                time.sleep(0.05)
+            threads.append(
+                threading.Thread(target=interleave, args=(set(tracker.getActiveJobsIds()),), daemon=True)
+            )
+            threads[1].start()
+        return rewrite(job, call, table)
+
     try:
-        yield outcome
+        with patch.object(MaintenanceJob, "_rewrite_data", take_the_slots_then_rewrite):
+            yield outcome
     finally:
         release.touch()
-        helper.join(timeout=600)
-        occupier.join(timeout=60)
+        for thread in reversed(threads):
+            thread.join(timeout=600)
     if "error" in outcome:
         raise outcome["error"]
     assert outcome.get("rewrite_waiting"), "the commit did not happen while the rewrite waited"

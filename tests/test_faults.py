@@ -13,6 +13,7 @@ import pytest
 
 from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey
 from tests.conftest import CATALOG, create_orders_table, load, new_table_name
 
@@ -93,11 +94,8 @@ def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark,
 
     # What the killed jobs wrote and never committed is orphaned; orphan cleanup removes it. The
     # procedure refuses intervals under a day, so use Iceberg's action, as its message advises.
-    jvm = spark._jvm
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, f"{CATALOG}.{name}"
-    )
-    actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+    table = spark_internals.java_table(spark, f"{CATALOG}.{name}", name, CATALOG)
+    actions = spark_internals.spark_actions(spark)
     now_ms = int(time.time() * 1000) + 1000
     removed = list(actions.deleteOrphanFiles(table).olderThan(now_ms).execute().orphanFileLocations())
     assert list(actions.deleteOrphanFiles(table).olderThan(now_ms).execute().orphanFileLocations()) == []

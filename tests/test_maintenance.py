@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg_dml import procedures
 from airflow_iceberg_dml.exceptions import (
     InvalidMaintenanceOptionError,
     TableNotFoundError,
@@ -18,7 +19,6 @@ from airflow_iceberg_dml.exceptions import (
     UnsafeRetentionError,
     error_from_record,
 )
-from airflow_iceberg_dml.jobs import procedures
 from airflow_iceberg_dml.jobs.maintenance import run_spec
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.maintenance import (

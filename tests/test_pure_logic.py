@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iceberg_dml import runtime
+from airflow_iceberg_dml import runtime, sql
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties, spark_catalog_name
 from airflow_iceberg_dml.exceptions import (
     CatalogConfigError,
@@ -24,7 +24,6 @@ from airflow_iceberg_dml.hooks.spark_submit import (
     properties_file_text,
     spark_properties,
 )
-from airflow_iceberg_dml.jobs import sql
 from airflow_iceberg_dml.result import committed_result, rows_deleted
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, JobRecord, Outcome, Plan, RunKey, WriteMode
 

@@ -19,7 +19,7 @@ from airflow_iceberg_dml.exceptions import (
     InvalidTableNameError,
     TableNotFoundError,
 )
-from airflow_iceberg_dml.jobs.sql import split_table_name
+from airflow_iceberg_dml.sql import split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

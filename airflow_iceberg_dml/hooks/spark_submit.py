@@ -34,8 +34,7 @@ import airflow_iceberg_dml
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS, CatalogConfig
 from airflow_iceberg_dml.exceptions import SparkJobError
-from airflow_iceberg_dml.jobs.runner import LOG_PREFIX
-from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
+from airflow_iceberg_dml.spec import LOG_PREFIX, JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping

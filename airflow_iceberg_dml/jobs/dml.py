@@ -12,9 +12,10 @@ import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import (
     AuditFailedError,
-    BranchNotFoundError,
     ConcurrentCommitError,
     GuardExceededError,
     IcebergDmlError,
@@ -25,18 +26,19 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
     WriteModeConflictError,
 )
-from airflow_iceberg_dml.jobs import sql
+from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.jobs.runner import (
+    application_id,
     commit_conflict,
     error_condition,
     error_message,
     error_parameters,
     is_input_error,
-    load_iceberg_table,
     log,
     run_job,
     run_main,
 )
+from airflow_iceberg_dml.jobs.table_state import TableState
 from airflow_iceberg_dml.spec import (
     DmlSpec,
     IsolationLevel,
@@ -79,7 +81,8 @@ class DmlJob:
     def __init__(self, spark: SparkSession, spec: DmlSpec) -> None:
         self.spark = spark
         self.spec = spec
-        self.app_id: str = spark.sparkContext.applicationId
+        self.app_id = application_id(spark)
+        self.state = TableState(spark, spec.catalog, spec.table)
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
         self.target = self._target(self.ref)
@@ -105,13 +108,13 @@ class DmlJob:
         spec = self.spec
         kind = spec.kind.value.upper()
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
-        iceberg_table = self._load_table()
-        self._head_snapshot_id(iceberg_table)  # a missing branch is named before anything else
+        self.state.refresh()  # a missing table is named before anything else
+        self.state.head(self.ref)  # and so is a missing branch
         self._validate()
         attempts = spec.conflict_retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                return self._attempt(iceberg_table)
+                return self._attempt()
             except Exception as error:
                 conflict = commit_conflict(error, _CONFLICTS)
                 if conflict is None:
@@ -130,16 +133,17 @@ class DmlJob:
                 log(f"Commit conflict (attempt {attempt} of {attempts}): {conflict}. Re-planning.")
         raise AssertionError("unreachable")
 
-    def _attempt(self, iceberg_table: Any) -> JobRecord:
+    def _attempt(self) -> JobRecord:
         """One plan-and-commit from the current head; a commit conflict makes ``run`` try again."""
         spec = self.spec
-        head_before = self._head_snapshot_id(iceberg_table)
+        self.state.refresh()
+        head_before = self.state.head(self.ref)
         if spec.expected_snapshot_id is not None and head_before != spec.expected_snapshot_id:
             raise SnapshotMismatchError(
                 f"{self.table_name} (ref {self.ref}) is at snapshot {head_before}, not at the expected "
                 f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned."
             )
-        earlier = self._earlier_commit(iceberg_table, head_before)
+        earlier = self._earlier_commit(head_before)
         if earlier is not None:
             log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")
             return self._record(Outcome.REPLAYED, Plan.NOOP, None, None, earlier)
@@ -152,7 +156,7 @@ class DmlJob:
             log("The predicate is constant false: nothing to change.")
             return self._record(Outcome.NOOP, plan, None, None)
         if spec.dry_run or spec.max_rows_affected is not None or spec.max_fraction_affected is not None:
-            impact = self._impact(iceberg_table, head_before)
+            impact = self._impact(head_before)
             self._check_guards(impact)
             if spec.dry_run:
                 matched, files = impact["rows_matched"], impact["data_files_touched"]
@@ -167,8 +171,8 @@ class DmlJob:
             return self._record(Outcome.NOOP, Plan.NOOP, None, None)
 
         write_ref = self._create_audit_branch(head_before) if spec.audits else self.ref
-        write_mode, statement = self._write(iceberg_table, plan, head_before, write_ref)
-        snapshot_id = self._find_commit(iceberg_table, head_before, write_ref)
+        write_mode, statement = self._write(plan, head_before, write_ref)
+        snapshot_id = self._find_commit(head_before, write_ref)
         if snapshot_id is None:
             log("No rows matched: Iceberg committed nothing.")
             if spec.audits:
@@ -179,15 +183,14 @@ class DmlJob:
         log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
         return self._record(Outcome.COMMITTED, plan, write_mode, statement, snapshot_id)
 
-    def _write(
-        self, iceberg_table: Any, plan: Plan, head_before: int, ref: str
-    ) -> tuple[WriteMode | None, str]:
+    def _write(self, plan: Plan, head_before: int, ref: str) -> tuple[WriteMode | None, str]:
         """Carry out the plan on ``ref``; returns the write mode used and the statement shown."""
         spec = self.spec
         if plan is Plan.TRUNCATE:
             statement = "truncate: drop every data and delete file (metadata-only)"
             log(f"Plan: {statement}")
-            self._truncate(iceberg_table, ref)
+            with self._naming_input_errors():
+                self._truncate(head_before, ref)
             return None, statement
         if plan is Plan.REWRITE:
             statement = sql.rewrite_query(self.table_name, head_before, self._columns(), spec.assignments)
@@ -196,8 +199,9 @@ class DmlJob:
             with self._naming_input_errors():
                 self._rewrite(query, head_before, ref)
             return None, statement
-        write_mode = self._resolve_write_mode(iceberg_table)
-        self._apply_isolation_level(iceberg_table)
+        properties = self.state.properties()
+        write_mode = self._resolve_write_mode(properties)
+        self._apply_isolation_level(properties)
         statement = self._statement(self._target(ref), spec.where, spec.assignments)
         log(f"Plan: row-level {write_mode.value}: {_one_line(statement)}")
         with self._naming_input_errors():
@@ -229,27 +233,13 @@ class DmlJob:
 
     # -- exactly once, guards, write-audit-publish --------------------------------------------------
 
-    def _earlier_commit(self, iceberg_table: Any, head: int | None) -> int | None:
+    def _earlier_commit(self, head: int | None) -> int | None:
         """A commit of this run key (any try) in the history of the ref, newest first."""
         run_key = self.spec.run_key
         if not self.spec.exactly_once or run_key is None or head is None:
             return None
-        conditions = " AND ".join(
-            f"summary[{sql.literal(key)}] = {sql.literal(value)}"
-            for key, value in run_key.summary_properties(try_number=0).items()
-            if key in (SummaryKey.DAG_ID, SummaryKey.TASK_ID, SummaryKey.RUN_ID, SummaryKey.MAP_INDEX)
-        )
-        snapshots = self.spark.sql(
-            f"SELECT snapshot_id FROM {sql.table_identifier(self.spec.catalog, self.spec.table)}.snapshots "
-            f"WHERE {conditions} ORDER BY committed_at DESC"
-        ).collect()
-        jvm = self.spark._jvm
-        assert jvm is not None
-        is_ancestor = jvm.org.apache.iceberg.util.SnapshotUtil.isAncestorOf
-        for row in snapshots:
-            if is_ancestor(iceberg_table, head, int(row.snapshot_id)):
-                return int(row.snapshot_id)
-        return None
+        earlier = self.state.history().ours(head, CommitMarks(run_key=run_key))
+        return earlier[0] if earlier else None
 
     def _matches_any(self, head: int) -> bool:
         """Whether any row at the head snapshot matches: reads until the first match, or every file
@@ -262,7 +252,7 @@ class DmlJob:
     def _snapshot_source(self, head: int) -> str:
         return f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
 
-    def _impact(self, iceberg_table: Any, head: int) -> dict[str, Any]:
+    def _impact(self, head: int) -> dict[str, Any]:
         """Rows and data files the change would touch, per partition, at the head snapshot."""
         with self._naming_input_errors():
             rows = self.spark.sql(
@@ -280,7 +270,8 @@ class DmlJob:
             }
             for row in rows
         ]
-        summary = iceberg_table.snapshot(head).summary()
+        head_row = self.state.history().get(head)
+        summary = head_row.summary if head_row is not None else {}
         total = int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
             summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
         )
@@ -366,21 +357,8 @@ class DmlJob:
 
     # -- table and validation ----------------------------------------------------------------
 
-    def _load_table(self) -> Any:
-        return load_iceberg_table(self.spark, self.table_name, self.spec.table, self.spec.catalog)
-
-    def _head_snapshot_id(self, iceberg_table: Any) -> int | None:
-        iceberg_table.refresh()
-        if self.spec.branch and iceberg_table.refs().get(self.spec.branch) is None:
-            raise BranchNotFoundError(
-                f"Branch {self.spec.branch!r} does not exist on {self.spec.table!r}; create it first "
-                f"(ALTER TABLE ... CREATE BRANCH {self.spec.branch})."
-            )
-        snapshot = iceberg_table.snapshot(self.ref)
-        return int(snapshot.snapshotId()) if snapshot is not None else None
-
     def _columns(self) -> list[str]:
-        return list(self.spark.table(self.target).columns)
+        return self.state.columns(self.ref)
 
     def _validate(self) -> None:
         """Parse and analyse the predicate and expressions exactly as the change will, writing nothing."""
@@ -400,26 +378,35 @@ class DmlJob:
                     f"set: column {column!r} is not in table {spec.table!r} (columns: {sorted(columns)})."
                 )
             self._parse(expression, InvalidExpressionError, f"set[{column!r}]={spec.assignments[column]!r}")
-        self._analyse(sql.probe_query(self.target, self.where))
+        self._analyse()
         if self.assignments:
-            self._analyse(sql.probe_query(self.target, self.where, self.assignments), in_set=True)
+            self._analyse(self.assignments)
 
     def _parse(self, text: str, error: type[IcebergDmlError], what: str) -> None:
-        """Spark's own parser: exactly one expression, nothing after it (no second statement)."""
-        from py4j.protocol import Py4JJavaError
+        """Spark's own expression parser: exactly one expression, nothing after it (no second statement)."""
         from pyspark.errors import ParseException
+        from pyspark.sql import functions
 
         try:
-            self.spark._jsparkSession.sessionState().sqlParser().parseExpression(text)
-        except (ParseException, Py4JJavaError) as parse_error:
+            functions.expr(text)  # classic Spark parses here; Spark Connect when _analyse resolves it
+        except ParseException as parse_error:
             raise error(f"{what} is not a valid Spark SQL expression: {error_message(parse_error)}") from None
 
-    def _analyse(self, query: str, in_set: bool = False) -> DataFrame:
+    def _analyse(self, assignments: Mapping[str, str] | None = None) -> DataFrame:
+        """The rows the change selects (and, for ``set``, what it writes), resolved by Spark's analyser
+        against the table exactly as the change will be; each text parsed as one expression."""
         from pyspark.errors import AnalysisException
+        from pyspark.sql import functions
 
+        in_set = bool(assignments)
         where = "set expressions" if in_set else f"where={self.spec.where!r}"
         try:
-            frame = self.spark.sql(query)
+            frame = self.spark.table(self.target).where(functions.expr(self.where))
+            if assignments:
+                frame = frame.select(
+                    *[functions.expr(expression).alias(column) for column, expression in assignments.items()]
+                )
+            frame.schema  # noqa: B018 - Spark Connect analyses a plan only when asked for its schema
         except AnalysisException as error:
             condition = error_condition(error)
             if condition.startswith("UNRESOLVED_COLUMN"):
@@ -429,7 +416,7 @@ class DmlJob:
             if in_set:
                 raise InvalidExpressionError(f"{where}: {error}") from None
             raise InvalidPredicateError(f"{where}: {error}") from None
-        if not frame._jdf.queryExecution().analyzed().deterministic():
+        if not spark_internals.is_deterministic(frame):
             # A retried or re-planned change must select and produce the same rows every time.
             error_class = InvalidExpressionError if in_set else InvalidPredicateError
             raise error_class(f"{where}: non-deterministic functions (rand(), uuid(), ...) are not allowed.")
@@ -487,11 +474,11 @@ class DmlJob:
             return Plan.TRUNCATE if self.spec.kind is JobKind.DELETE else Plan.REWRITE
         return Plan.NOOP  # constant false or NULL: matches no row
 
-    def _resolve_write_mode(self, iceberg_table: Any) -> WriteMode:
+    def _resolve_write_mode(self, properties: Mapping[str, str]) -> WriteMode:
         """Which mode this change will use; set the table property when the table has none."""
         requested = self.spec.write_mode
         key = _MODE_PROPERTY[self.spec.kind]
-        configured_text = iceberg_table.properties().get(key)
+        configured_text = properties.get(key)
         configured = WriteMode(configured_text) if configured_text else None
         if requested is WriteMode.TABLE:
             return configured or ICEBERG_DEFAULT_WRITE_MODE
@@ -518,12 +505,12 @@ class DmlJob:
             return sql.delete_statement(target, where)
         return sql.update_statement(target, assignments, where)
 
-    def _apply_isolation_level(self, iceberg_table: Any) -> None:
+    def _apply_isolation_level(self, properties: Mapping[str, str]) -> None:
         level = self.spec.isolation_level
         if level is None:
             return
         key = f"write.{self.spec.kind.value}.isolation-level"
-        if iceberg_table.properties().get(key, "serializable") != level.value:
+        if properties.get(key, "serializable") != level.value:
             log(f"Setting table property {key}={level.value}")
             self.spark.sql(
                 f"ALTER TABLE {sql.table_identifier(self.spec.catalog, self.spec.table)} "
@@ -546,44 +533,40 @@ class DmlJob:
             for key in keys:
                 self.spark.conf.unset(key)
 
-    def _truncate(self, iceberg_table: Any, ref: str) -> None:
-        """Drop every file in one metadata-only commit, tagged like every other commit of ours."""
-        jvm = self.spark._jvm
-        assert jvm is not None
-        delete = iceberg_table.newDelete().deleteFromRowFilter(
-            jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
-        )
-        for key, value in self._commit_properties(Plan.TRUNCATE).items():
-            delete = delete.set(key, value)
-        delete.set(SummaryKey.SPARK_APP_ID, self.app_id).toBranch(ref).commit()
+    def _truncate(self, head_before: int, ref: str) -> None:
+        """Drop every file in one commit that adds none, tagged like every other commit of ours.
+
+        An overwrite of every row with no row: Iceberg drops all data and delete files from the
+        metadata and writes no file (a ``delete`` snapshot), validated against ``head_before``.
+        """
+        no_rows = self.spark.table(self.table_name).limit(0)
+        self._overwrite_everything(no_rows, head_before, ref, Plan.TRUNCATE)
 
     def _rewrite(self, query: str, head_before: int, ref: str) -> None:
         """Replace every row with its updated form in one overwrite; conflicts fail, never lose rows."""
+        self._overwrite_everything(self.spark.sql(query), head_before, ref, Plan.REWRITE)
+
+    def _overwrite_everything(self, rows: DataFrame, head_before: int, ref: str, plan: Plan) -> None:
+        """Replace every file of ``ref`` by ``rows`` in one commit, validated from ``head_before``."""
         from pyspark.sql.functions import lit
 
-        rows = self.spark.sql(query)
         isolation = self.spec.isolation_level or IsolationLevel.SERIALIZABLE
         writer = (
-            rows.writeTo(self.table_name)
+            rows.writeTo(self._target(ref))
             .option("validate-from-snapshot-id", str(head_before))
             .option("isolation-level", isolation.value)
         )
-        if ref != "main":
-            writer = writer.option("branch", ref)
-        for key, value in self._commit_properties(Plan.REWRITE).items():
+        for key, value in self._commit_properties(plan).items():
             writer = writer.option(f"snapshot-property.{key}", value)
         writer.overwrite(lit(True))
 
-    def _find_commit(self, iceberg_table: Any, head_before: int, ref: str) -> int | None:
+    def _find_commit(self, head_before: int, ref: str) -> int | None:
         """The snapshot this application committed on ``ref`` since ``head_before``, if any."""
-        iceberg_table.refresh()
-        snapshot = iceberg_table.snapshot(ref)
-        while snapshot is not None and int(snapshot.snapshotId()) != head_before:
-            if snapshot.summary().get(SummaryKey.SPARK_APP_ID) == self.app_id:
-                return int(snapshot.snapshotId())
-            parent_id = snapshot.parentId()
-            snapshot = iceberg_table.snapshot(int(parent_id)) if parent_id is not None else None
-        return None
+        self.state.refresh()
+        found = self.state.history().ours(
+            self.state.head(ref), CommitMarks(spark_app_id=self.app_id), stop_at=head_before
+        )
+        return found[0] if found else None
 
 
 def run_spec(spark: SparkSession, spec: DmlSpec) -> JobRecord:

@@ -23,23 +23,26 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_dml import procedures, sql
+from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import (
     ConcurrentCommitError,
     InvalidMaintenanceOptionError,
     InvalidPredicateError,
     UnknownColumnError,
 )
-from airflow_iceberg_dml.jobs import procedures, sql
+from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.jobs.runner import (
+    application_id,
     commit_conflict,
     error_condition,
     error_message,
     java_causes,
-    load_iceberg_table,
     log,
     run_job,
     run_main,
 )
+from airflow_iceberg_dml.jobs.table_state import TableState
 from airflow_iceberg_dml.spec import (
     MAINTENANCE_PROCEDURE_KEY,
     CompactionStrategy,
@@ -71,13 +74,11 @@ class MaintenanceJob:
     def __init__(self, spark: SparkSession, spec: MaintenanceSpec) -> None:
         self.spark = spark
         self.spec = spec
-        self.app_id: str = spark.sparkContext.applicationId
+        self.app_id = application_id(spark)
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.target = sql.table_identifier(spec.catalog, spec.table)
+        self.state = TableState(spark, spec.catalog, spec.table)
         self.conflict_retries = 0
-        jvm = spark._jvm
-        assert jvm is not None, "the maintenance job needs classic (JVM) Spark, not Spark Connect"
-        self.jvm: Any = jvm
 
     # -- entry point -------------------------------------------------------------------------
 
@@ -87,9 +88,10 @@ class MaintenanceJob:
         log(f"Maintenance of {self.table_name} ({names}), Spark application {self.app_id}")
         for call in spec.calls:
             procedures.validate_call(call)
-        table = self._load_table()
-        self._validate_against_table(table)
-        head_before = self._head_snapshot_id(table)
+        self.state.refresh()
+        table = spark_internals.java_table(self.spark, self.table_name, spec.table, spec.catalog)
+        self._validate_against_table()
+        head_before = self.state.head()
         outputs: dict[str, dict[str, Any]] = {}
         statements: list[str] = []
         durations: dict[str, float] = {}
@@ -98,7 +100,8 @@ class MaintenanceJob:
             statement = procedures.call_statement(spec.catalog, spec.table, call)
             statements.append(statement)
             started = time.monotonic()
-            if self._head_snapshot_id(table) is None and not isinstance(call, RemoveOrphanFilesCall):
+            self.state.refresh()
+            if self.state.head() is None and not isinstance(call, RemoveOrphanFilesCall):
                 log(f"{name}: the table has no snapshot; nothing to do.")
                 outputs[name] = {"skipped": "the table has no snapshot"}
                 continue
@@ -106,7 +109,7 @@ class MaintenanceJob:
             outputs[name] = self._run_call(call, table)
             durations[name] = round(time.monotonic() - started, 3)
             log(f"{name} finished in {durations[name]:.1f}s: {_short(outputs[name])}")
-        commits = self._find_commits(table, head_before)
+        commits = self._find_commits(head_before)
         changed = bool(commits) or _deleted_files(outputs) > 0
         if commits:
             log(f"Committed snapshot(s) {', '.join(map(str, commits))} on {self.table_name}")
@@ -125,29 +128,20 @@ class MaintenanceJob:
 
     # -- table and validation ----------------------------------------------------------------
 
-    def _load_table(self) -> Any:
-        return load_iceberg_table(self.spark, self.table_name, self.spec.table, self.spec.catalog)
-
-    @staticmethod
-    def _head_snapshot_id(table: Any) -> int | None:
-        table.refresh()
-        snapshot = table.currentSnapshot()
-        return int(snapshot.snapshotId()) if snapshot is not None else None
-
-    def _validate_against_table(self, table: Any) -> None:
+    def _validate_against_table(self) -> None:
         """Sort order columns, and the ``where`` filters, resolved against the table, writing nothing."""
-        schema = table.schema()
+        columns = {column.lower() for column in self.state.columns()}
         for call in self.spec.calls:
             if isinstance(call, RewriteDataFilesCall):
                 if call.sort_order is not None:
                     order = procedures.parse_sort_order(call.sort_order)
-                    missing = [c for c in order.columns if schema.caseInsensitiveFindField(c) is None]
+                    missing = [c for c in order.columns if c.lower() not in columns]
                     if missing:
                         raise UnknownColumnError(
                             f"sort_order={call.sort_order!r}: column(s) {missing} not in table "
                             f"{self.spec.table!r}."
                         )
-                elif call.strategy is CompactionStrategy.SORT and table.sortOrder().isUnsorted():
+                elif call.strategy is CompactionStrategy.SORT and _unsorted(self.state.properties()):
                     raise InvalidMaintenanceOptionError(
                         "strategy='sort' without sort_order needs a table sort order, and "
                         f"{self.spec.table!r} has none: pass sort_order (e.g. 'col ASC' or 'zorder(a, b)') "
@@ -161,10 +155,8 @@ class MaintenanceJob:
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import AnalysisException, ParseException
 
-        converter = self.jvm.org.apache.spark.sql.execution.datasources.SparkExpressionConverter
         try:
-            resolved = converter.collectResolvedSparkExpression(self.spark._jsparkSession, self.target, where)
-            return converter.convertToIcebergExpression(resolved)
+            return spark_internals.iceberg_filter(self.spark, self.target, where)
         except (AnalysisException, ParseException, Py4JJavaError) as error:
             if error_condition(error).startswith("UNRESOLVED_COLUMN"):
                 raise UnknownColumnError(f"where={where!r}: unknown column. {error_message(error)}") from None
@@ -181,8 +173,9 @@ class MaintenanceJob:
                 call.procedure.value, table, lambda: self._rewrite_data(call, table)
             )
         if isinstance(call, RewritePositionDeleteFilesCall):
-            table.refresh()
-            summary = table.currentSnapshot().summary()
+            self.state.refresh()
+            head = self.state.history().get(self.state.head())
+            summary = head.summary if head is not None else {}
             if call.only_if_delete_files_remain and int(summary.get("total-position-deletes") or 0) == 0:
                 log("rewrite_position_delete_files: no position delete file remains; skipped.")
                 return {"skipped": "no position delete file remains"}
@@ -225,7 +218,7 @@ class MaintenanceJob:
         return action
 
     def _actions(self) -> Any:
-        return self.jvm.org.apache.iceberg.spark.actions.SparkActions.get(self.spark._jsparkSession)
+        return spark_internals.spark_actions(self.spark)
 
     def _rewrite_data(self, call: RewriteDataFilesCall, table: Any) -> dict[str, Any]:
         action = self._actions().rewriteDataFiles(table)
@@ -233,26 +226,9 @@ class MaintenanceJob:
         if call.strategy is CompactionStrategy.BINPACK:
             action = action.binPack()
         elif order is not None and order.zorder:
-            gateway: Any = self.spark.sparkContext._gateway
-            columns = gateway.new_array(self.jvm.java.lang.String, len(order.zorder))
-            for index, column in enumerate(order.zorder):
-                columns[index] = column
-            action = action.zOrder(columns)
+            action = action.zOrder(spark_internals.java_strings(self.spark, order.zorder))
         elif order is not None:
-            null_order = self.jvm.org.apache.iceberg.NullOrder
-            builder = self.jvm.org.apache.iceberg.SortOrder.builderFor(table.schema()).caseSensitive(False)
-            for sort_field in order.fields:
-                nulls_first = (
-                    sort_field.nulls_first
-                    if sort_field.nulls_first is not None
-                    else not sort_field.descending
-                )
-                nulls = null_order.NULLS_FIRST if nulls_first else null_order.NULLS_LAST
-                if sort_field.descending:
-                    builder = builder.desc(sort_field.column, nulls)
-                else:
-                    builder = builder.asc(sort_field.column, nulls)
-            action = action.sort(builder.build())
+            action = action.sort(spark_internals.sort_order(self.spark, table, order.fields))
         else:
             action = action.sort()
         if call.where:
@@ -296,7 +272,7 @@ class MaintenanceJob:
         retries = self.spec.conflict_retries
         totals: dict[str, Any] = {}
         for number in range(retries + 1):
-            table.refresh()
+            table.refresh()  # the Java table the action plans from: see the new head
             try:
                 output = attempt()
             except Exception as error:
@@ -336,19 +312,16 @@ class MaintenanceJob:
 
     # -- commits ---------------------------------------------------------------------------------------
 
-    def _find_commits(self, table: Any, head_before: int | None) -> list[int]:
+    def _find_commits(self, head_before: int | None) -> list[int]:
         """Snapshots this application committed since ``head_before``, newest first."""
-        table.refresh()
-        found = []
-        snapshot = table.currentSnapshot()
-        while snapshot is not None and (head_before is None or int(snapshot.snapshotId()) != head_before):
-            if snapshot.summary().get(SummaryKey.SPARK_APP_ID) == self.app_id and snapshot.summary().get(
-                MAINTENANCE_PROCEDURE_KEY
-            ):
-                found.append(int(snapshot.snapshotId()))
-            parent_id = snapshot.parentId()
-            snapshot = table.snapshot(int(parent_id)) if parent_id is not None else None
-        return found
+        self.state.refresh()
+        marks = CommitMarks(spark_app_id=self.app_id, maintenance=True)
+        return self.state.history().ours(self.state.head(), marks, stop_at=head_before)
+
+
+def _unsorted(properties: dict[str, str]) -> bool:
+    """Whether the table has no sort order (Iceberg shows it as the ``sort-order`` property)."""
+    return properties.get("sort-order", "").strip() in ("", "[]", "unsorted")
 
 
 def _short(output: dict[str, Any]) -> str:

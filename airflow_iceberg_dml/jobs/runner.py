@@ -15,18 +15,16 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError, TableNotFoundError
-from airflow_iceberg_dml.spec import JobRecord, JobSpec, Outcome
+from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError
+from airflow_iceberg_dml.spec import LOG_PREFIX, JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyspark.sql import SparkSession
 
-#: Prefix of the lines a job prints; the Airflow hook shows these at INFO, JVM noise at DEBUG.
-LOG_PREFIX = "iceberg-dml | "
 
 Spec = TypeVar("Spec", bound=JobSpec)
 
@@ -58,12 +56,6 @@ class ProgressReporter(threading.Thread):
 
     def stop(self) -> None:
         self._stopped.set()
-
-
-def java_class_name(error: BaseException) -> str:
-    """The Java exception class behind a py4j error, or ``""``."""
-    java_exception = getattr(error, "java_exception", None)
-    return str(java_exception.getClass().getName()) if java_exception is not None else ""
 
 
 def error_message(error: BaseException) -> str:
@@ -131,23 +123,9 @@ def commit_conflict(error: BaseException, kinds: tuple[str, ...]) -> str | None:
     return None
 
 
-def load_iceberg_table(spark: SparkSession, table_name: str, table: str, catalog: str) -> Any:
-    """The Iceberg Java ``Table`` of ``table_name`` (Spark's quoted name of ``table`` in ``catalog``).
-
-    A missing table raises ``TableNotFoundError`` naming ``table`` and ``catalog``.
-    """
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import AnalysisException
-
-    jvm = spark._jvm
-    assert jvm is not None, "the jobs need classic (JVM) Spark, not Spark Connect"
-    try:
-        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table_name)
-    except (Py4JJavaError, AnalysisException) as error:
-        missing = "NoSuchTable" in java_class_name(error)
-        if missing or error_condition(error).startswith("TABLE_OR_VIEW_NOT_FOUND"):
-            raise TableNotFoundError(f"Table {table!r} does not exist in catalog {catalog!r}.") from None
-        raise
+def application_id(spark: SparkSession) -> str:
+    """The Spark application id, as Iceberg records it in every commit's ``spark.app.id``."""
+    return str(spark.conf.get("spark.app.id"))
 
 
 def write_record(path: str | None, record: JobRecord) -> None:
@@ -183,7 +161,7 @@ def run_job(
         log(f"FAILED ({type(known).__name__}): {known}")
         return JobRecord(
             outcome=Outcome.FAILED,
-            spark_app_id=spark.sparkContext.applicationId,
+            spark_app_id=application_id(spark),
             error_type=type(known).__name__,
             error_message=str(known),
             retryable=known.retryable,

@@ -15,7 +15,6 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.jobs.sql import expression_problem, split_table_name
 from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
@@ -31,6 +30,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
+from airflow_iceberg_dml.sql import expression_problem, split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

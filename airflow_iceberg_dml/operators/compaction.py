@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from airflow_iceberg_dml import procedures
 from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError, UnknownColumnError
-from airflow_iceberg_dml.jobs import procedures
 from airflow_iceberg_dml.operators.maintenance import BaseIcebergMaintenanceOperator, MaintenanceResult
 from airflow_iceberg_dml.spec import (
     CompactionStrategy,

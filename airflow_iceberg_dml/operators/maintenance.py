@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from airflow.sdk import BaseOperator
 
+from airflow_iceberg_dml import procedures
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.jobs import procedures
-from airflow_iceberg_dml.jobs.sql import split_table_name
 from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.spec import (
@@ -31,6 +30,7 @@ from airflow_iceberg_dml.spec import (
     RunKey,
     snapshot_id_text,
 )
+from airflow_iceberg_dml.sql import split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

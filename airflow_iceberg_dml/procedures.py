@@ -14,7 +14,6 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError, UnsafeRetentionError
-from airflow_iceberg_dml.jobs.sql import literal, quote_identifier, split_table_name
 from airflow_iceberg_dml.spec import (
     CompactionStrategy,
     ExpireSnapshotsCall,
@@ -25,6 +24,7 @@ from airflow_iceberg_dml.spec import (
     RewriteManifestsCall,
     RewritePositionDeleteFilesCall,
 )
+from airflow_iceberg_dml.sql import literal, quote_identifier, split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -48,17 +48,6 @@ def update_statement(target: str, assignments: Mapping[str, str], where: str) ->
     return f"UPDATE {target}\nSET {set_clause}\nWHERE\n{where}"
 
 
-def probe_query(target: str, where: str, assignments: Mapping[str, str] | None = None) -> str:
-    """A SELECT that Spark analyses exactly like the change: same columns, predicate and expressions."""
-    if assignments:
-        projection = ",\n  ".join(
-            f"(\n{expression}\n) AS {quote_identifier(column)}" for column, expression in assignments.items()
-        )
-    else:
-        projection = "*"
-    return f"SELECT {projection}\nFROM {target}\nWHERE\n{where}"
-
-
 def exists_query(source: str, where: str) -> str:
     """One row when any row of ``source`` matches, none otherwise: reading stops at the first match."""
     return f"SELECT 1 AS matched\nFROM {source}\nWHERE\n{where}\nLIMIT 1"

@@ -1,0 +1,91 @@
+"""What a job reads of its table: refs, snapshots, properties, columns, through Spark SQL only.
+
+Iceberg's metadata tables (``<table>.refs``, ``<table>.snapshots``) and ``SHOW TBLPROPERTIES`` are
+public SQL: the same calls work in a classic Spark driver and over Spark Connect.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.commits import SnapshotHistory, SnapshotRow
+from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundError
+from airflow_iceberg_dml.jobs.runner import error_condition
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MAIN = "main"
+
+
+class TableState:
+    """One Iceberg table as a job sees it through Spark SQL. Call :meth:`refresh` to see others' commits."""
+
+    def __init__(self, spark: SparkSession, catalog: str, table: str) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        self.table = table
+        self.identifier = sql.table_identifier(catalog, table)
+
+    def refresh(self) -> None:
+        """Drop Spark's cached copy of the table, so that the next read sees the latest commit.
+
+        Raises :class:`TableNotFoundError` naming the table and catalog when it does not exist.
+        """
+        from pyspark.errors import AnalysisException
+
+        try:
+            self.spark.sql(f"REFRESH TABLE {self.identifier}")
+        except AnalysisException as error:
+            condition = error_condition(error)
+            if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
+                raise TableNotFoundError(
+                    f"Table {self.table!r} does not exist in catalog {self.catalog!r}."
+                ) from None
+            raise
+
+    def refs(self) -> dict[str, int]:
+        """Branch and tag names to their head snapshot ids."""
+        rows = self.spark.sql(f"SELECT name, snapshot_id FROM {self.identifier}.refs").collect()
+        return {str(row.name): int(row.snapshot_id) for row in rows}
+
+    def head(self, ref: str = MAIN) -> int | None:
+        """The head snapshot of ``ref``; None for ``main`` of a table with no snapshot.
+
+        Raises :class:`BranchNotFoundError` for any other ref that does not exist.
+        """
+        refs = self.refs()
+        if ref != MAIN and ref not in refs:
+            raise BranchNotFoundError(
+                f"Branch {ref!r} does not exist on {self.table!r}; create it first "
+                f"(ALTER TABLE ... CREATE BRANCH {ref})."
+            )
+        return refs.get(ref)
+
+    def history(self) -> SnapshotHistory:
+        """Every snapshot still in the metadata, with its parent and summary."""
+        rows = self.spark.sql(
+            f"SELECT snapshot_id, parent_id, summary FROM {self.identifier}.snapshots"
+        ).collect()
+        return SnapshotHistory(
+            SnapshotRow(
+                snapshot_id=int(row.snapshot_id),
+                parent_id=int(row.parent_id) if row.parent_id is not None else None,
+                summary=dict(row.summary or {}),
+            )
+            for row in rows
+        )
+
+    def properties(self) -> dict[str, str]:
+        """The table's properties (Iceberg adds ``format-version``, ``sort-order`` and others)."""
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.identifier}").collect()
+        return {str(row.key): str(row.value) for row in rows}
+
+    def columns(self, ref: str = MAIN) -> list[str]:
+        """The column names, in the table's order."""
+        return list(self.spark.table(sql.table_identifier(self.catalog, self.table, _branch(ref))).columns)
+
+
+def _branch(ref: str) -> str | None:
+    return None if ref == MAIN else ref
