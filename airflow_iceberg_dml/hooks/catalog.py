@@ -10,9 +10,11 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.table.snapshots import ancestors_between_ids, ancestors_of
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
+from airflow_iceberg_dml.commits import CommitMarks, ours
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogConnectionNotFoundError,
@@ -22,7 +24,7 @@ from airflow_iceberg_dml.exceptions import (
 from airflow_iceberg_dml.sql import split_table_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
@@ -125,10 +127,7 @@ class IcebergCatalogHook(IcebergHook):
     @staticmethod
     def ancestors(table: Table, snapshot: Snapshot | None) -> Iterator[Snapshot]:
         """``snapshot`` and its ancestors, newest first (stops where history was expired)."""
-        while snapshot is not None:
-            yield snapshot
-            parent_id = snapshot.parent_snapshot_id
-            snapshot = table.snapshot_by_id(parent_id) if parent_id is not None else None
+        return iter(ancestors_of(snapshot, table.metadata))
 
     def health(
         self,
@@ -151,18 +150,27 @@ class IcebergCatalogHook(IcebergHook):
         loaded = self.load_table(table) if isinstance(table, str) else table
         return table_health(loaded, thresholds, retention=retention, read_manifests=read_manifests)
 
-    def find_run_commits(
-        self, table: Table, run_key: RunKey, branch: str | None = None, stop_at: int | None = None
+    def find_commits(
+        self, table: Table, marks: CommitMarks, branch: str | None = None, stop_at: int | None = None
     ) -> list[Snapshot]:
-        """Snapshots on the branch committed by ``run_key`` (any try), newest first.
+        """Snapshots on the branch whose summary carries ``marks`` (:mod:`airflow_iceberg_dml.commits`),
+        newest first.
 
         Walks back from the branch head and stops at ``stop_at`` (a snapshot id known to precede
         the run), so the cost is the number of newer snapshots, not the table's history.
         """
-        found = []
-        for snapshot in self.ancestors(table, self.head_snapshot(table, branch)):
-            if snapshot.snapshot_id == stop_at:
-                break
-            if run_key.matches(snapshot.summary.additional_properties if snapshot.summary else {}):
-                found.append(snapshot)
-        return found
+        head = self.head_snapshot(table, branch)
+        if head is None:
+            return []
+        return ours(ancestors_between_ids(stop_at, head.snapshot_id, table.metadata), summary_of, marks)
+
+    def find_run_commits(
+        self, table: Table, run_key: RunKey, branch: str | None = None, stop_at: int | None = None
+    ) -> list[Snapshot]:
+        """Snapshots on the branch committed by ``run_key`` (any try), newest first (:meth:`find_commits`)."""
+        return self.find_commits(table, CommitMarks(run_key=run_key), branch, stop_at)
+
+
+def summary_of(snapshot: Snapshot) -> Mapping[str, str]:
+    """A snapshot's summary entries (without ``operation``); empty when it has no summary."""
+    return snapshot.summary.additional_properties if snapshot.summary else {}

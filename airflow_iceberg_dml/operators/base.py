@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
     InvalidExpressionError,
@@ -367,15 +368,12 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         A metadata-only delete (Spark drops whole files itself) carries no run key, only the
         ``spark.app.id`` that every Spark commit records.
         """
-        commits = catalog_hook.find_run_commits(table, run_key, self.branch, stop_at=head_before)
-        if commits:
-            return commits[0]
         app_id = self._spark_hook.remote_application_id if self._spark_hook else None
-        for snapshot in catalog_hook.ancestors(table, catalog_hook.head_snapshot(table, self.branch)):
-            if snapshot.snapshot_id == head_before or not app_id:
-                break
-            if snapshot.summary and snapshot.summary.additional_properties.get("spark.app.id") == app_id:
-                return snapshot
+        marks = [CommitMarks(run_key=run_key)] + ([CommitMarks(spark_app_id=app_id)] if app_id else [])
+        for mark in marks:
+            commits = catalog_hook.find_commits(table, mark, self.branch, stop_at=head_before)
+            if commits:
+                return commits[0]
         return None
 
     def _remote_noop(self, head_before: int | None, started: float) -> DmlResult:
