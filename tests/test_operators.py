@@ -16,7 +16,7 @@ from airflow_iceberg_dml.exceptions import (
     TableNotFoundError,
     UnknownColumnError,
 )
-from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, _RoutedSparkSubmitHook
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.result import rows_deleted
@@ -189,12 +189,9 @@ def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_h
     # A whole-partition DELETE is a metadata-only commit without the run key: its application id names it.
     deleted = spark.table(f"{CATALOG}.{name}").where("status = 'F'").count()
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE status = 'F'")
-    application = spark.sparkContext.applicationId
-    operator._spark_hook._submit_hook = (
-        SimpleNamespace(  # what spark-submit printed, as the provider parses it
-            _yarn_application_id=application, _kubernetes_application_id=None
-        )
-    )
+    submitted = _RoutedSparkSubmitHook(default_master="local[*]", conn_id="no_such_spark_connection")
+    submitted._yarn_application_id = spark.sparkContext.applicationId  # what the provider parsed
+    operator._spark_hook._submit_hook = submitted
     found = operator._result(catalog_hook, run_key, None, head, time.monotonic())
     summary = load(catalog_hook, name).snapshot_by_id(int(found["snapshot_id"])).summary
     assert SummaryKey.RUN_ID not in summary.additional_properties

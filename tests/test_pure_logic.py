@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import structlog
 
 from airflow_iceberg_dml import runtime, sql
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties, spark_catalog_name
@@ -18,6 +19,7 @@ from airflow_iceberg_dml.exceptions import (
     error_from_record,
 )
 from airflow_iceberg_dml.hooks.spark_submit import (
+    SubmitOutputLog,
     _RoutedSparkSubmitHook,
     escape_property,
     job_environment,
@@ -264,8 +266,8 @@ def test_spark_submit_command_carries_no_catalog_secret(tmp_path):
 
 
 def test_log_routing_keeps_job_lines_and_problems_at_info():
-    # The provider logs at INFO exactly the lines _route yields; the rest goes to DEBUG.
-    hook = _RoutedSparkSubmitHook(default_master="local[*]", conn_id="no_such_spark_connection")
+    # The provider logs each output line at INFO; SubmitOutputLog shows these at INFO, the rest at DEBUG.
+    log = SubmitOutputLog(structlog.get_logger())
     lines = [
         "26/11/21 10:00:00 INFO SparkContext: Running Spark version 4.1.3",
         "iceberg-dml | DELETE on cat.db.t",
@@ -273,7 +275,7 @@ def test_log_routing_keeps_job_lines_and_problems_at_info():
         "Traceback (most recent call last):",
         '  File "x.py", line 1',
     ]
-    assert list(hook._route(iter(lines))) == ["DELETE on cat.db.t", *lines[2:]]
+    assert [log.route(line) for line in lines] == [None, "DELETE on cat.db.t", *lines[2:]]
 
 
 # -- spec, record, errors --------------------------------------------------------------------------

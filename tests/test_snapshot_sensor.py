@@ -744,9 +744,10 @@ def rest_catalog_conn(tmp_path, monkeypatch) -> Iterator[str]:
         server.stop()
 
 
-def test_rest_catalog_unchanged_poll_is_a_304_without_body(rest_catalog_conn):
+def test_rest_catalog_unchanged_poll_is_a_304_without_body(rest_catalog_conn, monkeypatch):
+    from airflow_iceberg_dml import compat
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-    from airflow_iceberg_dml.hooks.snapshot_watch import RestPointerReader
+    from airflow_iceberg_dml.hooks.snapshot_watch import LoadTablePointerReader, RestPointerReader
 
     catalog = IcebergCatalogHook(rest_catalog_conn).catalog
     catalog.create_namespace_if_not_exists("tests")
@@ -790,3 +791,9 @@ def test_rest_catalog_unchanged_poll_is_a_304_without_body(rest_catalog_conn):
         task_id="rest", table="tests.rest_orders", catalog_conn_id=rest_catalog_conn, summary={"batch": "r-2"}
     )
     assert sensor.execute({})["snapshot_id"] == str(moved.head_snapshot_id)
+
+    # On a pyiceberg version the compat module was not tested with, its REST internals are left alone.
+    monkeypatch.setattr(compat, "installed_version", lambda distribution: "0.13.0")
+    fallback = SnapshotWatcher(catalog, "tests.rest_orders", SnapshotFilter.build(summary={"batch": "r-2"}))
+    assert fallback.poll().walked == 2
+    assert isinstance(fallback.reader, LoadTablePointerReader)

@@ -33,6 +33,7 @@ from pyiceberg.exceptions import (
     TooManyRequestsError,
 )
 
+from airflow_iceberg_dml.compat import rest_load_table
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogUnavailableError,
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+    from airflow_iceberg_dml.compat import RestLoadTable
 
 #: Seconds to connect / to read a REST response before the poll counts as "catalog unavailable".
 REST_TIMEOUT = (10.0, 60.0)
@@ -144,21 +147,14 @@ class RestPointerReader(TablePointerReader):
     """REST catalog: a conditional loadTable (``If-None-Match``); ``304`` means unchanged, with no body.
 
     Uses the pyiceberg REST catalog's own HTTP session (so its authentication and headers apply) and its
-    response parsing; pinned to the pyiceberg versions this package supports.
+    response parsing, through :func:`airflow_iceberg_dml.compat.rest_load_table`.
     """
 
     strategy = "rest-etag"
 
-    def __init__(self, catalog: Catalog, table_name: str) -> None:
-        from pyiceberg.catalog.rest import Endpoints
-
+    def __init__(self, catalog: Catalog, table_name: str, rest: RestLoadTable) -> None:
         super().__init__(catalog, table_name)
-        self._url = catalog.url(  # type: ignore[attr-defined]
-            Endpoints.load_table,
-            prefixed=True,
-            **catalog._split_identifier_for_path(table_name),  # type: ignore[attr-defined]
-        )
-        self._identifier = Catalog.identifier_to_tuple(table_name)
+        self._rest = rest
         self._etag: str | None = None
         self._etag_location: str | None = None
         #: Whether the last 200 response carried an ETag (False: the server ignores conditional requests).
@@ -166,14 +162,12 @@ class RestPointerReader(TablePointerReader):
 
     def read(self, known_location: str | None) -> PointerRead:
         from pyiceberg.catalog.rest import TableResponse
-        from pyiceberg.catalog.rest.response import _handle_non_200_response
         from requests import HTTPError
 
         headers = {}
         if self._etag is not None and known_location is not None and self._etag_location == known_location:
             headers["If-None-Match"] = self._etag
-        session = self.catalog._session  # type: ignore[attr-defined]
-        response = session.get(self._url, headers=headers, timeout=REST_TIMEOUT)
+        response = self._rest.session.get(self._rest.url, headers=headers, timeout=REST_TIMEOUT)
         if response.status_code == 304:
             return PointerRead(PointerStatus.UNCHANGED, known_location)
         if response.status_code == 404:
@@ -181,15 +175,14 @@ class RestPointerReader(TablePointerReader):
         try:
             response.raise_for_status()
         except HTTPError as error:
-            _handle_non_200_response(error, {404: NoSuchTableError})
+            self._rest.raise_error(error)
         loaded = TableResponse.model_validate_json(response.text)
         self._etag = response.headers.get("ETag")
         self._etag_location = loaded.metadata_location
         self.server_sends_etag = self._etag is not None
         if loaded.metadata_location is not None and loaded.metadata_location == known_location:
             return PointerRead(PointerStatus.UNCHANGED, known_location)
-        table = self.catalog._response_to_table(self._identifier, loaded)  # type: ignore[attr-defined]
-        return PointerRead(PointerStatus.CHANGED, loaded.metadata_location, table)
+        return PointerRead(PointerStatus.CHANGED, loaded.metadata_location, self._rest.to_table(loaded))
 
 
 def pointer_reader(catalog: Catalog, table_name: str) -> TablePointerReader:
@@ -199,8 +192,10 @@ def pointer_reader(catalog: Catalog, table_name: str) -> TablePointerReader:
 
     if isinstance(catalog, SqlCatalog):
         return SqlPointerReader(catalog, table_name)
-    if isinstance(catalog, RestCatalog) and hasattr(catalog, "_session"):
-        return RestPointerReader(catalog, table_name)
+    if isinstance(catalog, RestCatalog):
+        rest = rest_load_table(catalog, table_name)
+        if rest is not None:
+            return RestPointerReader(catalog, table_name, rest)
     return LoadTablePointerReader(catalog, table_name)
 
 

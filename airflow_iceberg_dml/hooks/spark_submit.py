@@ -24,21 +24,27 @@ import zipfile
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.hooks.spark_submit import (
+    ALLOWED_SPARK_BINARIES,
+    DEFAULT_SPARK_BINARY,
+    SparkSubmitHook,
+)
 from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 import airflow_iceberg_dml
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS, CatalogConfig
+from airflow_iceberg_dml.compat import SparkSubmitHookCompat
 from airflow_iceberg_dml.exceptions import SparkJobError
 from airflow_iceberg_dml.spec import LOG_PREFIX, JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
+    from airflow.sdk.types import Logger
     from pydantic import JsonValue
 
 DEFAULT_LOCAL_MASTER = "local[*]"
@@ -209,12 +215,41 @@ class LocalProcess:
         return folder if folder.is_dir() and is_job_folder else None
 
 
-class _RoutedSparkSubmitHook(SparkSubmitHook):
-    """SparkSubmitHook that defaults to ``local[*]`` and keeps JVM noise at DEBUG.
+class SubmitOutputLog:
+    """The Spark provider hook's logger, with spark-submit's output routed by line.
 
-    The job's own lines (and problems, and the lines the provider parses for ids) are logged at
-    INFO; the rest of the driver log stays available at DEBUG.
+    The job's own lines (its prefix removed), problems and the lines the provider parses for ids go
+    to INFO; the rest of the driver log goes to DEBUG. The provider logs each output line as it is, at
+    INFO and with no arguments; its own messages carry arguments and pass through unchanged.
     """
+
+    def __init__(self, logger: Logger) -> None:
+        self._logger = logger
+        self._in_traceback = False
+
+    def route(self, line: str) -> str | None:
+        """What an output line shows at INFO, or None when it belongs at DEBUG."""
+        if line.startswith(LOG_PREFIX):
+            return line[len(LOG_PREFIX) :]
+        if self._in_traceback or _SHOWN.search(line):
+            self._in_traceback = self._in_traceback or "Traceback" in line
+            return line
+        return None
+
+    def info(self, event: Any, *args: Any, **kw: Any) -> Any:
+        if args or kw or not isinstance(event, str):
+            return self._logger.info(event, *args, **kw)
+        shown = self.route(event.rstrip())
+        if shown is None:
+            return self._logger.debug("%s", event)
+        return self._logger.info(shown)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+class _RoutedSparkSubmitHook(SparkSubmitHookCompat, SparkSubmitHook):
+    """SparkSubmitHook that defaults to ``local[*]``, JVM noise at DEBUG (:class:`SubmitOutputLog`)."""
 
     def __init__(
         self,
@@ -224,8 +259,14 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
         **kwargs: Any,
     ) -> None:
         self._default_master = default_master
-        self._on_started = on_started
-        super().__init__(**kwargs)
+        self._output_log: SubmitOutputLog | None = None
+        super().__init__(on_spawned=on_started, **kwargs)
+
+    @property
+    def log(self) -> Logger:
+        if self._output_log is None:
+            self._output_log = SubmitOutputLog(super().log)
+        return cast("Logger", self._output_log)
 
     def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]  # needs the instance
         if conn_id == self._conn_id and self._default_master:
@@ -235,39 +276,28 @@ class _RoutedSparkSubmitHook(SparkSubmitHook):
             return Connection(conn_id=conn_id, conn_type="spark", host=self._default_master)
         return super().get_connection(conn_id)
 
-    def _resolve_connection(self) -> dict[str, Any]:
-        data = super()._resolve_connection()
-        check_deploy_mode(data["master"], data["deploy_mode"])
-        return data
 
-    def _get_spark_binary_path(self) -> list[str]:
-        binary = self._connection["spark_binary"]
-        if shutil.which(binary) is None:
-            # The pyspark wheel carries spark-submit; it is not on PATH when Airflow runs outside the venv.
-            import pyspark
+def spark_master(conn: Connection) -> str:
+    """The master URL of a ``spark`` connection, by the Spark provider's rule.
 
-            bundled = Path(pyspark.__file__).parent / "bin" / binary
-            if bundled.is_file():
-                return [str(bundled)]
-        return [binary]
+    Made in the UI, the host holds the whole URL (``spark://host``, ``local[*]``); made from a URI
+    (``spark://host:7077``), the scheme is the connection type and the host is only the host name.
+    """
+    if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+        master = conn.host
+    else:
+        master = f"{conn.conn_type}://{conn.host or ''}"
+    return f"{master}:{conn.port}" if conn.port else master
 
-    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        # Called right after the process started, before its first line is read.
-        if self._on_started is not None and self._submit_sp is not None:
-            self._on_started(self._submit_sp.pid)
-        super()._process_spark_submit_log(self._route(itr))
 
-    def _route(self, lines: Iterator[Any]) -> Iterator[str]:
-        in_traceback = False
-        for raw in lines:
-            line = str(raw).rstrip()
-            if line.startswith(LOG_PREFIX):
-                yield line[len(LOG_PREFIX) :]
-            elif in_traceback or _SHOWN.search(line):
-                in_traceback = in_traceback or "Traceback" in line
-                yield line
-            else:
-                self.log.debug("%s", line)
+def bundled_spark_binary(binary: str) -> str | None:
+    """The pyspark wheel's own ``binary`` when none is on PATH (Airflow runs outside the venv), else None."""
+    if binary not in ALLOWED_SPARK_BINARIES or shutil.which(binary) is not None:
+        return None  # on PATH, or refused by the provider with its own message
+    import pyspark
+
+    bundled = Path(pyspark.__file__).parent / "bin" / binary
+    return str(bundled) if bundled.is_file() else None
 
 
 class IcebergSparkSubmitHook(BaseHook):
@@ -288,16 +318,14 @@ class IcebergSparkSubmitHook(BaseHook):
         self._submit_hook: _RoutedSparkSubmitHook | None = None
         self._reattached: LocalProcess | None = None
 
-    def _connection_fields(self) -> tuple[str | None, str | None]:
-        """(master, deploy mode) of the Spark connection; (None, None) when there is none."""
+    def _connection_fields(self) -> tuple[str | None, str | None, str]:
+        """(master, deploy mode, spark binary) of the Spark connection; (None, None, default) without one."""
         try:
             conn = self.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
-            return None, None
-        master = conn.host or ""
-        if conn.port:
-            master = f"{master}:{conn.port}"
-        return master, conn.extra_dejson.get("deploy-mode")
+            return None, None, DEFAULT_SPARK_BINARY
+        extra = conn.extra_dejson
+        return spark_master(conn), extra.get("deploy-mode"), extra.get("spark-binary", DEFAULT_SPARK_BINARY)
 
     def submit(
         self,
@@ -312,7 +340,9 @@ class IcebergSparkSubmitHook(BaseHook):
         ``on_started`` is told the spark-submit process as soon as it runs (to store it for a later
         try: :meth:`reattach`); an error it raises is logged, not raised, so the job goes on.
         """
-        master, deploy_mode = self._connection_fields()
+        master, deploy_mode, binary = self._connection_fields()
+        if master is not None:
+            check_deploy_mode(master, deploy_mode)
         remote_driver = deploy_mode == "cluster"
         artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
         jars = runtime.spark_jars(artifacts)
@@ -340,6 +370,7 @@ class IcebergSparkSubmitHook(BaseHook):
                 default_master=None if master is not None else DEFAULT_LOCAL_MASTER,
                 on_started=None if on_started is None else self._announce(on_started, folder),
                 conn_id=self.spark_conn_id,
+                spark_binary=bundled_spark_binary(binary),
                 name=name,
                 jars=",".join(jars.jars) or None,
                 py_files=str(package_zip(folder)),
@@ -363,9 +394,7 @@ class IcebergSparkSubmitHook(BaseHook):
     @property
     def remote_application_id(self) -> str | None:
         """The application id spark-submit printed for a remote driver (YARN, Kubernetes), if any."""
-        if self._submit_hook is None:
-            return None
-        return self._submit_hook._yarn_application_id or self._submit_hook._kubernetes_application_id
+        return self._submit_hook.remote_application_id if self._submit_hook is not None else None
 
     def _announce(self, on_started: Callable[[LocalProcess], None], folder: Path) -> Callable[[int], None]:
         def started(pid: int) -> None:

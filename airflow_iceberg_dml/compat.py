@@ -1,0 +1,211 @@
+"""The private names of other packages that this package still uses, each with its reason and a version guard.
+
+Everything else goes through public surfaces: the Spark provider's ``SparkSubmitHook`` constructor
+(``spark_binary``), ``submit()``, ``on_kill()`` and its logger; pyiceberg's catalogs and its ancestry
+helpers. Where no public name does the job, the private one is read here and nowhere else.
+
+Each private name belongs to a :class:`Dependency` with the versions this package was tested with
+(``tests/test_compat.py`` fails when the installed version leaves that range or a name moves). On an
+untested version, a name is checked before it is used; when it moved, the feature that needs it falls
+back, with a warning naming the package, its version and the tested range:
+
+- the spark-submit pid at start (durable re-attach): not recorded, a retry starts its own job;
+- a remote driver's application id: unknown, the commit is found by run key only;
+- pyiceberg's REST internals (the conditional loadTable of the snapshot sensor): not used at all on an
+  untested pyiceberg, the sensor polls with a plain ``load_table``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from pyiceberg.catalog.rest import RestCatalog, TableResponse
+    from pyiceberg.table import Table
+    from requests import HTTPError, Session
+
+    _SparkSubmitHookBase = SparkSubmitHook
+else:
+    # A mixin at runtime, so that importing this module (the snapshot sensor does) loads no Spark provider.
+    _SparkSubmitHookBase = object
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """An installed distribution and the versions whose private names this module was written against."""
+
+    distribution: str
+    tested: SpecifierSet
+
+    @property
+    def version(self) -> Version | None:
+        """The installed version (None when it is not installed or its version cannot be parsed)."""
+        text = installed_version(self.distribution)
+        try:
+            return Version(text) if text is not None else None
+        except InvalidVersion:
+            return None
+
+    def is_tested(self) -> bool:
+        """Whether the installed version is one this package was tested with."""
+        version = self.version
+        return version is not None and version in self.tested
+
+    def describe(self) -> str:
+        return f"{self.distribution} {self.version or 'unknown'} (tested: {self.tested})"
+
+
+SPARK_PROVIDER = Dependency("apache-airflow-providers-apache-spark", SpecifierSet(">=6.0,<7"))
+PYICEBERG = Dependency("pyiceberg", SpecifierSet(">=0.12,<0.13"))
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_MISSING = object()
+_warned: set[str] = set()
+
+
+def _moved(dependency: Dependency, name: str, fallback: str) -> None:
+    """Warn, once per name, that an untested version of ``dependency`` no longer has ``name``."""
+    if name not in _warned:
+        _warned.add(name)
+        log.warning(
+            "%s has no %s, which airflow-iceberg-dml uses: %s. Install a tested version.",
+            dependency.describe(),
+            name,
+            fallback,
+        )
+
+
+def _private(owner: object, name: str, dependency: Dependency, fallback: str) -> Any:
+    """``owner.name``, or ``_MISSING`` (with a warning) when the installed version no longer has it."""
+    value = getattr(owner, name, _MISSING)
+    if value is _MISSING:
+        _moved(dependency, f"{type(owner).__name__}.{name}", fallback)
+    return value
+
+
+# -- apache-airflow-providers-apache-spark --------------------------------------------------------------
+
+
+class SparkSubmitHookCompat(_SparkSubmitHookBase):
+    """Mixin for the provider's ``SparkSubmitHook`` (listed after it among the bases): tells ``on_spawned``
+    the spark-submit pid as soon as it runs, and gives the application id parsed for a remote driver."""
+
+    def __init__(self, *, on_spawned: Callable[[int], None] | None = None, **kwargs: Any) -> None:
+        self._on_spawned = on_spawned if on_spawned is not None and spawn_notice_available() else None
+        super().__init__(**kwargs)
+
+    # Private: submit() starts the process and calls this before reading any output; nothing public
+    # sees the pid before the job could outlive a killed worker.
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        if self._on_spawned is not None:
+            process = _private(self, "_submit_sp", SPARK_PROVIDER, "durable re-attach is off")
+            if process is not _MISSING and process is not None:
+                self._on_spawned(process.pid)
+        super()._process_spark_submit_log(itr)
+
+    @property
+    def remote_application_id(self) -> str | None:
+        """The YARN or Kubernetes application id spark-submit printed for a remote driver, if any."""
+        # Private: the provider parses the id from spark-submit's output and has no accessor for it.
+        fallback = "a remote driver's commit is found by run key only"
+        for name in ("_yarn_application_id", "_kubernetes_application_id"):
+            value = _private(self, name, SPARK_PROVIDER, fallback)
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+
+#: Methods the compat hook overrides; an override of a renamed method would silently never run.
+SPARK_PROVIDER_OVERRIDES = ("_process_spark_submit_log",)
+#: Instance attributes it reads.
+SPARK_PROVIDER_ATTRIBUTES = ("_submit_sp", "_yarn_application_id", "_kubernetes_application_id")
+
+
+def spawn_notice_available() -> bool:
+    """Whether the provider still has the method that reports the pid (checked on untested versions)."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    if SPARK_PROVIDER.is_tested():
+        return True
+    for name in SPARK_PROVIDER_OVERRIDES:
+        if not callable(getattr(SparkSubmitHook, name, None)):
+            _moved(SPARK_PROVIDER, f"SparkSubmitHook.{name}", "durable re-attach is off")
+            return False
+    return True
+
+
+# -- pyiceberg ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RestLoadTable:
+    """What a conditional loadTable needs of pyiceberg's REST catalog, none of it public there."""
+
+    #: The catalog's HTTP session, with its authentication and headers.
+    session: Session
+    #: The table's loadTable URL.
+    url: str
+    #: Raises pyiceberg's own error for a non-2xx response.
+    raise_error: Callable[[HTTPError], None]
+    #: Builds the table from a loadTable response, as ``load_table`` does.
+    to_table: Callable[[TableResponse], Table]
+
+
+#: The private names :func:`rest_load_table` uses, as ``module:name``.
+PYICEBERG_PRIVATE_NAMES = (
+    "pyiceberg.catalog.rest:RestCatalog._session",
+    "pyiceberg.catalog.rest:RestCatalog._split_identifier_for_path",
+    "pyiceberg.catalog.rest:RestCatalog._response_to_table",
+    "pyiceberg.catalog.rest.response:_handle_non_200_response",
+)
+
+
+def rest_load_table(catalog: RestCatalog, table_name: str) -> RestLoadTable | None:
+    """The REST internals for a conditional loadTable of ``table_name``; None on an untested pyiceberg.
+
+    Private: pyiceberg has no conditional ``load_table`` (``If-None-Match``), so the request is made
+    with its session and its response turned into a table with its own code.
+    """
+    if not PYICEBERG.is_tested():
+        if "rest" not in _warned:
+            _warned.add("rest")
+            log.info("%s: the snapshot sensor polls REST tables with load_table.", PYICEBERG.describe())
+        return None
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.rest import Endpoints
+    from pyiceberg.catalog.rest.response import _handle_non_200_response
+    from pyiceberg.exceptions import NoSuchTableError
+
+    identifier = Catalog.identifier_to_tuple(table_name)
+    path = catalog._split_identifier_for_path(table_name)
+
+    def raise_error(error: HTTPError) -> None:
+        _handle_non_200_response(error, {404: NoSuchTableError})
+
+    def to_table(response: TableResponse) -> Table:
+        return catalog._response_to_table(identifier, response)
+
+    return RestLoadTable(
+        session=catalog._session,
+        url=catalog.url(Endpoints.load_table, prefixed=True, **path),
+        raise_error=raise_error,
+        to_table=to_table,
+    )
