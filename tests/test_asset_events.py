@@ -8,6 +8,7 @@ these tests parse the API's answers the same way and require every snapshot id t
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 import pytest
@@ -45,6 +46,7 @@ def api_client(airflow_db):
     from fastapi.testclient import TestClient
 
     conf.set("core", "simple_auth_manager_all_admins", "True")
+    conf.set("api_auth", "jwt_secret", secrets.token_hex(32))  # the API signs its tokens: a full-size key
     from airflow.api_fastapi.app import create_app
 
     with TestClient(create_app("core")) as client:
