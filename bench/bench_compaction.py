@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow_iceberg_dml.sql import table_identifier
 from bench import tpch
@@ -45,6 +45,7 @@ from bench.common import (
 from bench.tables import BASE_TAG, NAMESPACE, TABLE_PROPERTIES, catalog_hook, local_session, properties_clause
 
 if TYPE_CHECKING:
+    from airflow.sdk import Context
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -104,17 +105,11 @@ def _compact(spark: SparkSession, hook: IcebergCatalogHook, table: str) -> tuple
     """This package's compaction job on ``table``, with the calls the operator builds (forced)."""
     from airflow_iceberg_dml.jobs.maintenance import run_spec
     from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
-    from airflow_iceberg_dml.spec import MaintenanceSpec, RunKey
 
     operator = IcebergCompactionOperator(task_id="bench_compaction", table=table, force=True)
     loaded = hook.load_table(table)
-    calls = operator.procedure_calls(loaded, hook.health(loaded), datetime.now(tz=UTC))
-    spec = MaintenanceSpec(
-        catalog="iceberg_default",
-        table=table,
-        calls=tuple(calls),
-        snapshot_properties=operator.snapshot_properties_for(RunKey("bench", "compaction", "run"), 1),
-    )
+    ti = SimpleNamespace(dag_id="bench", task_id="compaction", run_id="run", map_index=-1, try_number=1)
+    spec = operator.build_spec(cast("Context", {"ti": ti}), loaded, health=hook.health(loaded))
     seconds, record = timed(lambda: run_spec(spark, spec))
     if record.error_message:
         raise RuntimeError(f"compaction failed: {record.error_type}: {record.error_message}")

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.spec import RunKey
 
 CATALOG = "iceberg_default"
 NAMESPACE = "tests"
@@ -141,6 +142,20 @@ def create_orders_table(
         f"{CATALOG}.{name}"
     ).append()
     return name
+
+
+def task_context(run_key: RunKey, try_number: int = 1) -> Any:
+    """What an operator's ``build_spec`` reads of a task's context: the task instance's identity."""
+    from types import SimpleNamespace
+
+    ti = SimpleNamespace(
+        dag_id=run_key.dag_id,
+        task_id=run_key.task_id,
+        run_id=run_key.run_id,
+        map_index=run_key.map_index,
+        try_number=try_number,
+    )
+    return {"ti": ti}
 
 
 def load(catalog_hook: IcebergCatalogHook, name: str) -> Table:

@@ -7,7 +7,6 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
@@ -37,6 +36,7 @@ from tests.conftest import (
     load,
     new_table_name,
     run_dag,
+    task_context,
     task_states,
     xcom_result,
 )
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 RUN_KEY = RunKey("care", "compact", "scheduled__2026-11-21", -1)
+CONTEXT = task_context(RUN_KEY)
 MOR = {"write.delete.mode": "merge-on-read"}
 
 
@@ -82,17 +83,9 @@ def orders_with_many_deletes(spark: SparkSession, prefix: str, format_version: i
 
 
 def compaction_spec(operator: IcebergCompactionOperator, catalog_hook: Any, name: str) -> MaintenanceSpec:
-    """The spec the operator submits, built by the operator's own code (health check included)."""
+    """The spec the operator submits, built by the operator's own ``build_spec`` (health check included)."""
     table = load(catalog_hook, name)
-    health = catalog_hook.health(table)
-    calls = operator.procedure_calls(table, health, datetime.now(tz=UTC))
-    return MaintenanceSpec(
-        catalog=CATALOG,
-        table=name,
-        calls=tuple(calls),
-        snapshot_properties=operator.snapshot_properties_for(RUN_KEY, 1),
-        conflict_retries=operator.conflict_retry_limit,
-    )
+    return operator.build_spec(task_context(RUN_KEY), table, health=catalog_hook.health(table))
 
 
 @pytest.mark.parametrize("format_version", [2, 3])
@@ -229,7 +222,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
         for status in ("F", "O", "P")
     ]
     assert operator.not_needed_reason(health) is None
-    calls = operator.procedure_calls(load(catalog_hook, name), health, datetime.now(tz=UTC))
+    calls = operator.build_spec(CONTEXT, load(catalog_hook, name), health=health).calls
     assert calls[0].options["delete-file-threshold"] == "1"
 
     # By Amoro's triggers alone the same table is healthy: a no-op again, without Spark.
@@ -245,7 +238,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
     lenient_health = catalog_hook.health(name, HealthThresholds.from_value(amoro_only))
     assert lenient_health.healthy
-    assert lenient.procedure_calls(load(catalog_hook, name), lenient_health, datetime.now(tz=UTC)) == []
+    assert lenient.build_spec(CONTEXT, load(catalog_hook, name), health=lenient_health).calls == ()
 
     # force=True (or a stricter threshold) makes the table need the rewrite all the same.
     forced = IcebergCompactionOperator(
@@ -253,7 +246,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     )
     assert forced.not_needed_reason(lenient_health) is not None
     assert forced.forced
-    calls = forced.procedure_calls(load(catalog_hook, name), lenient_health, datetime.now(tz=UTC))
+    calls = forced.build_spec(CONTEXT, load(catalog_hook, name), health=lenient_health).calls
     assert [call.procedure.value for call in calls][:2] == [
         "rewrite_data_files",
         "rewrite_position_delete_files",
@@ -265,9 +258,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     by_ratio_health = catalog_hook.health(name, HealthThresholds.from_value(by_ratio_thresholds))
     assert by_ratio_health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
     by_ratio = IcebergCompactionOperator(task_id="compact", table=name, health_thresholds=by_ratio_thresholds)
-    options = by_ratio.procedure_calls(load(catalog_hook, name), by_ratio_health, datetime.now(tz=UTC))[
-        0
-    ].options
+    options = by_ratio.build_spec(CONTEXT, load(catalog_hook, name), health=by_ratio_health).calls[0].options
     assert options["delete-file-threshold"] == "2"
     assert options["delete-ratio-threshold"] == "0.005"
 

@@ -27,7 +27,7 @@ import pytest
 from airflow_iceberg_dml.hooks.spark_submit import LocalProcess
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
-from airflow_iceberg_dml.operators.durable import SPARK_SUBMIT_STATE_KEY
+from airflow_iceberg_dml.operators.spark_job import SPARK_SUBMIT_STATE_KEY
 from airflow_iceberg_dml.spec import JobRecord, Outcome, SummaryKey
 from tests.conftest import create_orders_table, load, new_table_name, xcom_result
 

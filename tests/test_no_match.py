@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from airflow_iceberg_dml.jobs.dml import DmlJob
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, Plan, RunKey, WriteMode
+from airflow_iceberg_dml.spec import Audits, DmlSpec, Guards, JobKind, Outcome, Plan, RunKey, WriteMode
 from tests.conftest import CATALOG, create_orders_table, load, new_table_name
 
 if TYPE_CHECKING:
@@ -98,7 +98,11 @@ def test_no_match_with_audits_makes_no_audit_branch_and_no_snapshot(spark, catal
     before = load(catalog_hook, name)
 
     record = run(
-        spark, name, kind, audits={"rows_left": "SELECT count(*) > 0 FROM {table}"}, **NO_SUCH_CUSTOMER
+        spark,
+        name,
+        kind,
+        audits=Audits({"rows_left": "SELECT count(*) > 0 FROM {table}"}),
+        **NO_SUCH_CUSTOMER,
     )
 
     after = load(catalog_hook, name)
@@ -111,7 +115,7 @@ def test_a_guarded_no_match_counts_once_and_commits_nothing(spark, catalog_hook)
     name = create_orders_table(spark, new_table_name("nomatch_guard"), rows=300)
     before = snapshot_ids(catalog_hook, name)
 
-    record = run(spark, name, JobKind.DELETE, max_rows_affected=10, **NO_SUCH_CUSTOMER)
+    record = run(spark, name, JobKind.DELETE, guards=Guards(max_rows_affected=10), **NO_SUCH_CUSTOMER)
 
     assert record.outcome is Outcome.NOOP
     assert snapshot_ids(catalog_hook, name) == before

@@ -18,6 +18,7 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, _RoutedSparkSubmitHook
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.spark_job import JobPlan
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.result import rows_deleted
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, RunKey, SummaryKey
@@ -27,6 +28,7 @@ from tests.conftest import (
     load,
     new_table_name,
     run_dag,
+    task_context,
     task_states,
     xcom_result,
 )
@@ -178,10 +180,11 @@ def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_h
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     operator = IcebergDeleteOperator(task_id="remote", table=name, where="status = 'F'")
     operator._spark_hook = IcebergSparkSubmitHook()
-    run_key = RunKey("dag_remote", "remote", "manual__1", -1)
+    context = task_context(RunKey("dag_remote", "remote", "manual__1", -1))
+    plan = JobPlan(operator.build_spec(context, load(catalog_hook, name)), head)
 
     # spark-submit succeeded and nothing of this run is in the history: nothing matched.
-    nothing = operator._result(catalog_hook, run_key, None, head, time.monotonic())
+    nothing = operator.collect(context, catalog_hook, plan, None, time.monotonic())
     assert nothing["noop"] is True
     assert nothing["dry_run"] is False
     assert nothing["snapshot_id"] == str(head)
@@ -192,7 +195,7 @@ def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_h
     submitted = _RoutedSparkSubmitHook(default_master="local[*]", conn_id="no_such_spark_connection")
     submitted._yarn_application_id = spark.sparkContext.applicationId  # what the provider parsed
     operator._spark_hook._submit_hook = submitted
-    found = operator._result(catalog_hook, run_key, None, head, time.monotonic())
+    found = operator.collect(context, catalog_hook, plan, None, time.monotonic())
     summary = load(catalog_hook, name).snapshot_by_id(int(found["snapshot_id"])).summary
     assert SummaryKey.RUN_ID not in summary.additional_properties
     assert found["noop"] is False

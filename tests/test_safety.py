@@ -25,7 +25,16 @@ from airflow_iceberg_dml.exceptions import (
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey, SummaryKey
+from airflow_iceberg_dml.spec import (
+    Audits,
+    CommitPolicy,
+    DmlSpec,
+    Guards,
+    JobKind,
+    Outcome,
+    RunKey,
+    SummaryKey,
+)
 from tests.conftest import CATALOG, create_orders_table, load, new_table_name
 
 if TYPE_CHECKING:
@@ -106,9 +115,9 @@ def test_row_guard_aborts_before_the_commit_naming_the_numbers(spark, catalog_ho
     with pytest.raises(
         GuardExceededError, match=r"would touch 30 of 300 rows, more than max_rows_affected=10"
     ):
-        run(spark, name, where="customer_id < 10", max_rows_affected=10)
+        run(spark, name, where="customer_id < 10", guards=Guards(max_rows_affected=10))
     assert head(catalog_hook, name) == before
-    record = run(spark, name, where="customer_id < 10", max_rows_affected=30)
+    record = run(spark, name, where="customer_id < 10", guards=Guards(max_rows_affected=30))
     assert record.outcome is Outcome.COMMITTED
 
 
@@ -117,10 +126,10 @@ def test_fraction_guard_counts_live_rows(spark, catalog_hook):
     run(spark, name, where="order_id <= 100")  # 200 live rows left
     before = head(catalog_hook, name)
     with pytest.raises(GuardExceededError, match=r"would touch 200 of 200 rows \(100.00%\)"):
-        run(spark, name, where="TRUE", max_fraction_affected=0.5)
+        run(spark, name, where="TRUE", guards=Guards(max_fraction_affected=0.5))
     assert head(catalog_hook, name) == before
     with pytest.raises(GuardExceededError, match=r"50 of 200 rows \(25.00%\)"):
-        run(spark, name, where="order_id > 250", max_fraction_affected=0.2)
+        run(spark, name, where="order_id > 250", guards=Guards(max_fraction_affected=0.2))
 
 
 def test_dry_run_reports_rows_and_files_per_partition_and_commits_nothing(spark, catalog_hook):
@@ -150,7 +159,7 @@ AUDITS_PASS = {
 def test_write_audit_publish_fast_forwards_main_when_audits_pass(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("wap_pass"), rows=300)
     before = head(catalog_hook, name)
-    record = run(spark, name, where="order_id <= 10", audits=AUDITS_PASS)
+    record = run(spark, name, where="order_id <= 10", audits=Audits(AUDITS_PASS))
     table = load(catalog_hook, name)
     assert record.outcome is Outcome.COMMITTED
     assert table.current_snapshot().snapshot_id == record.snapshot_id
@@ -165,7 +174,7 @@ def test_failed_audit_leaves_main_untouched_and_names_the_check(spark, catalog_h
     before = head(catalog_hook, name)
     audits = {**AUDITS_PASS, "rows_kept": "SELECT count(*) = 300 FROM {table}"}
     with pytest.raises(AuditFailedError, match=r"'rows_kept' returned \[\[False\]\]") as raised:
-        run(spark, name, where="order_id <= 10", audits=audits, keep_failed_branch=keep)
+        run(spark, name, where="order_id <= 10", audits=Audits(audits, keep_failed_branch=keep))
     table = load(catalog_hook, name)
     assert table.current_snapshot().snapshot_id == before
     assert f"main is unchanged at snapshot {before}" in str(raised.value)
@@ -180,7 +189,7 @@ def test_broken_audit_query_is_a_failed_audit(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("wap_broken"), rows=30)
     before = head(catalog_hook, name)
     with pytest.raises(AuditFailedError, match="'typo' could not run"):
-        run(spark, name, where="order_id <= 3", audits={"typo": "SELEC 1"})
+        run(spark, name, where="order_id <= 3", audits=Audits({"typo": "SELEC 1"}))
     assert head(catalog_hook, name) == before
 
 
@@ -205,7 +214,9 @@ def test_a_retried_non_idempotent_update_is_applied_once(spark, catalog_hook):
         spark, name, JobKind.UPDATE, **{**fields, "run_key": RunKey("remediation", "raise_prices", "x")}
     )
     assert other.outcome is Outcome.COMMITTED
-    again = run(spark, name, JobKind.UPDATE, try_number=3, exactly_once=False, **fields)
+    again = run(
+        spark, name, JobKind.UPDATE, try_number=3, commit_policy=CommitPolicy(exactly_once=False), **fields
+    )
     assert again.outcome is Outcome.COMMITTED
 
 
@@ -292,7 +303,7 @@ def test_a_commit_conflict_is_replanned_within_bounds(
     # The other writer rewrites the data files this DELETE is deleting from (pyiceberg copy-on-write).
     others = _commit_during_the_write(spark, monkeypatch, lambda: table.delete("order_id <= 150"))
     if outcome == "committed":
-        record = run(spark, name, where=slow_filter, conflict_retries=retries)
+        record = run(spark, name, where=slow_filter, commit_policy=CommitPolicy(conflict_retries=retries))
         others[0].join()
         assert record.outcome is Outcome.COMMITTED
         assert "Commit conflict (attempt 1 of 3): ValidationException" in capsys.readouterr().out
@@ -300,7 +311,7 @@ def test_a_commit_conflict_is_replanned_within_bounds(
         assert sorted(remaining) == [i for i in range(151, 201) if i % 2]
     else:
         with pytest.raises(ConcurrentCommitError, match=r"after 1 attempt\(s\): ValidationException"):
-            run(spark, name, where=slow_filter, conflict_retries=retries)
+            run(spark, name, where=slow_filter, commit_policy=CommitPolicy(conflict_retries=retries))
         others[0].join()
         remaining = load(catalog_hook, name).scan().to_arrow()["order_id"].to_pylist()
         assert sorted(remaining) == list(range(151, 201))  # only the other writer's change landed

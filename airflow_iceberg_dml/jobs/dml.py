@@ -111,7 +111,7 @@ class DmlJob:
         self.state.refresh()  # a missing table is named before anything else
         self.state.head(self.ref)  # and so is a missing branch
         self._validate()
-        attempts = spec.conflict_retries + 1
+        attempts = spec.commit_policy.conflict_retries + 1
         for attempt in range(1, attempts + 1):
             try:
                 return self._attempt()
@@ -120,7 +120,9 @@ class DmlJob:
                 if conflict is None:
                     raise
                 state_unknown = "CommitStateUnknown" in conflict
-                if attempt == attempts or (state_unknown and not (spec.exactly_once and spec.run_key)):
+                if attempt == attempts or (
+                    state_unknown and not (spec.commit_policy.exactly_once and spec.run_key)
+                ):
                     raise ConcurrentCommitError(
                         f"Commit of the change to {self.table_name} failed after {attempt} attempt(s): "
                         f"{conflict}. "
@@ -155,7 +157,7 @@ class DmlJob:
         if plan is Plan.NOOP:
             log("The predicate is constant false: nothing to change.")
             return self._record(Outcome.NOOP, plan, None, None)
-        if spec.dry_run or spec.max_rows_affected is not None or spec.max_fraction_affected is not None:
+        if spec.dry_run or spec.guards.active:
             impact = self._impact(head_before)
             self._check_guards(impact)
             if spec.dry_run:
@@ -170,15 +172,15 @@ class DmlJob:
             log(f"No row matches at snapshot {head_before}: nothing to change, nothing committed.")
             return self._record(Outcome.NOOP, Plan.NOOP, None, None)
 
-        write_ref = self._create_audit_branch(head_before) if spec.audits else self.ref
+        write_ref = self._create_audit_branch(head_before) if spec.audits.queries else self.ref
         write_mode, statement = self._write(plan, head_before, write_ref)
         snapshot_id = self._find_commit(head_before, write_ref)
         if snapshot_id is None:
             log("No rows matched: Iceberg committed nothing.")
-            if spec.audits:
+            if spec.audits.queries:
                 self._drop_branch(write_ref)
             return self._record(Outcome.NOOP, Plan.NOOP, write_mode, statement)
-        if spec.audits:
+        if spec.audits.queries:
             self._audit_and_publish(write_ref, head_before)
         log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
         return self._record(Outcome.COMMITTED, plan, write_mode, statement, snapshot_id)
@@ -236,7 +238,7 @@ class DmlJob:
     def _earlier_commit(self, head: int | None) -> int | None:
         """A commit of this run key (any try) in the history of the ref, newest first."""
         run_key = self.spec.run_key
-        if not self.spec.exactly_once or run_key is None or head is None:
+        if not self.spec.commit_policy.exactly_once or run_key is None or head is None:
             return None
         earlier = self.state.history().ours(head, CommitMarks(run_key=run_key))
         return earlier[0] if earlier else None
@@ -285,17 +287,17 @@ class DmlJob:
         }
 
     def _check_guards(self, impact: Mapping[str, Any]) -> None:
-        spec = self.spec
+        guards = self.spec.guards
         matched, total = impact["rows_matched"], impact["rows_total"]
-        if spec.max_rows_affected is not None and matched > spec.max_rows_affected:
+        if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
             raise GuardExceededError(
                 f"The change would touch {matched} of {total} rows, more than "
-                f"max_rows_affected={spec.max_rows_affected}. Nothing was committed."
+                f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
             )
-        if spec.max_fraction_affected is not None and impact["fraction"] > spec.max_fraction_affected:
+        if guards.max_fraction_affected is not None and impact["fraction"] > guards.max_fraction_affected:
             raise GuardExceededError(
                 f"The change would touch {matched} of {total} rows ({impact['fraction']:.2%}), more than "
-                f"max_fraction_affected={spec.max_fraction_affected:.2%}. Nothing was committed."
+                f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."
             )
 
     def _audit_branch_name(self) -> str:
@@ -320,7 +322,7 @@ class DmlJob:
     def _audit_and_publish(self, branch: str, head: int) -> None:
         """Run every audit on ``branch``; fast-forward the ref to it only when all pass."""
         failures = []
-        for name, query in self.spec.audits.items():
+        for name, query in self.spec.audits.queries.items():
             try:
                 rows = self.spark.sql(query.replace("{table}", self._target(branch))).collect()
             except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
@@ -332,9 +334,9 @@ class DmlJob:
             else:
                 log(f"Audit {name!r} passed")
         if failures:
-            if not self.spec.keep_failed_branch:
+            if not self.spec.audits.keep_failed_branch:
                 self._drop_branch(branch)
-            where_now = "kept for inspection" if self.spec.keep_failed_branch else "dropped"
+            where_now = "kept for inspection" if self.spec.audits.keep_failed_branch else "dropped"
             raise AuditFailedError(
                 f"Audit failed: {'; '.join(failures)}. {self.ref} is unchanged at snapshot {head}; "
                 f"branch {branch} {where_now}."
@@ -506,7 +508,7 @@ class DmlJob:
         return sql.update_statement(target, assignments, where)
 
     def _apply_isolation_level(self, properties: Mapping[str, str]) -> None:
-        level = self.spec.isolation_level
+        level = self.spec.commit_policy.isolation_level
         if level is None:
             return
         key = f"write.{self.spec.kind.value}.isolation-level"
@@ -550,7 +552,7 @@ class DmlJob:
         """Replace every file of ``ref`` by ``rows`` in one commit, validated from ``head_before``."""
         from pyspark.sql.functions import lit
 
-        isolation = self.spec.isolation_level or IsolationLevel.SERIALIZABLE
+        isolation = self.spec.commit_policy.isolation_level or IsolationLevel.SERIALIZABLE
         writer = (
             rows.writeTo(self._target(ref))
             .option("validate-from-snapshot-id", str(head_before))

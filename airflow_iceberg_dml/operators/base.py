@@ -1,13 +1,13 @@
-"""What the DELETE and UPDATE operators share: checks, the spark-submit round trip, the result."""
+"""What the DELETE and UPDATE operators share: their parameters, their job spec, their result."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk import Asset, AssetAlias
 
-from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
     InvalidExpressionError,
@@ -15,17 +15,23 @@ from airflow_iceberg_dml.exceptions import (
     SnapshotMismatchError,
     UnknownColumnError,
 )
-from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
-from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
+from airflow_iceberg_dml.operators.spark_job import (
+    BaseIcebergSparkJobOperator,
+    JobPlan,
+    commit_properties,
+    is_template,
+    run_key,
+)
 from airflow_iceberg_dml.result import DmlResult, committed_result, noop_result
 from airflow_iceberg_dml.spec import (
+    Audits,
+    CommitPolicy,
     DmlSpec,
+    Guards,
     IsolationLevel,
     JobKind,
     JobRecord,
     Outcome,
-    RunKey,
     ScalarParameter,
     SummaryKey,
     WriteMode,
@@ -34,14 +40,16 @@ from airflow_iceberg_dml.spec import (
 from airflow_iceberg_dml.sql import expression_problem, split_table_name
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+Config = TypeVar("Config", Guards, CommitPolicy)
 
 
 def table_asset_uri(catalog_conn_id: str, table: str) -> str:
@@ -49,20 +57,30 @@ def table_asset_uri(catalog_conn_id: str, table: str) -> str:
     return f"iceberg://{catalog_conn_id}/" + "/".join(split_table_name(table))
 
 
-def _is_template(value: str) -> bool:
-    return "{{" in value or "{%" in value
-
-
 def table_asset_alias(catalog_conn_id: str, table: str, task_identity: str) -> AssetAlias:
     """The alias each DML task declares; it attaches the table's asset only when the task commits.
 
     Named after the table when it is known at parse time, after the task when ``table`` is a template.
     """
-    subject = f"task {task_identity}" if _is_template(table) else table
+    subject = f"task {task_identity}" if is_template(table) else table
     return AssetAlias(name=f"iceberg-dml:{catalog_conn_id}:{subject}")
 
 
-class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
+def _given_once(group: str, given: object, **separate: object) -> None:
+    """Refuse a group of parameters given both as its config object and one by one."""
+    twice = [name for name, value in separate.items() if value is not None]
+    if given is not None and twice:
+        raise TypeError(f"{', '.join(twice)} given both on its own and in {group}: give each once.")
+
+
+def _grouped(config: type[Config], given: Config | Mapping[str, Any] | None, **separate: Any) -> Config:
+    """The config object given, or one made of the parameters given one by one (checked here)."""
+    if given is None:
+        return config(**{name: value for name, value in separate.items() if value is not None})
+    return config(**given) if isinstance(given, Mapping) else given
+
+
+class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     """Base of :class:`IcebergDeleteOperator` and :class:`IcebergUpdateOperator`.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -84,6 +102,8 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
     :param expected_snapshot_id: The snapshot the change must start from, e.g. the one a sensor or
         a data-quality check saw (``"{{ ti.xcom_pull('check')['snapshot_id'] }}"``). When the
         branch head is another snapshot the task fails before writing. (templated)
+    :param guards: :class:`~airflow_iceberg_dml.spec.Guards` (or a dict of its fields): the limits
+        below, as one object. Give them either here or one by one, not both.
     :param max_rows_affected: Guard: fail, committing nothing, when the change would touch more
         rows. The job counts the matching rows at the head snapshot before writing.
     :param max_fraction_affected: Guard: fail when a larger fraction (0..1) of the live rows would
@@ -93,9 +113,13 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
     :param audits: Write-audit-publish: name to SQL query returning one boolean, with ``{table}``
         standing for the audit branch, e.g. ``{"no_negative": "SELECT count(*) = 0 FROM {table}
         WHERE amount < 0"}``. The change is written to a branch made from the head, the audits run
-        on it, and the branch is fast-forwarded into ``branch`` (``main``) only when all pass.
+        on it, and the branch is fast-forwarded into ``branch`` (``main``) only when all pass. An
+        :class:`~airflow_iceberg_dml.spec.Audits` gives the queries and ``keep_failed_branch`` at once.
         (templated)
     :param keep_failed_branch: Keep the audit branch when an audit fails, to inspect it.
+    :param commit_policy: :class:`~airflow_iceberg_dml.spec.CommitPolicy` (or a dict of its fields):
+        ``exactly_once``, ``conflict_retries`` and ``isolation_level`` below, as one object. Give them
+        either here or one by one, not both.
     :param isolation_level: ``serializable`` or ``snapshot``: Iceberg's conflict check at commit;
         None keeps the table's setting. Set on the table (``write.<operation>.isolation-level``).
     :param conflict_retries: How many times the job re-plans on the new head after a commit
@@ -127,6 +151,7 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"where": "sql", "parameters": "json"}
     ui_color = "#c9e8f5"
+    application_name_prefix: ClassVar[str] = "iceberg-dml"
 
     def __init__(
         self,
@@ -134,63 +159,76 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         table: str,
         where: str,
         parameters: Mapping[str, ScalarParameter] | None = None,
-        catalog_conn_id: str = IcebergCatalogHook.default_conn_name,
-        spark_conn_id: str = "spark_default",
-        spark_conf: Mapping[str, Any] | None = None,
         snapshot_properties: Mapping[str, str] | None = None,
         branch: str | None = None,
         write_mode: WriteMode | str = WriteMode.MERGE_ON_READ,
         expected_snapshot_id: int | str | None = None,
+        guards: Guards | Mapping[str, Any] | None = None,
         max_rows_affected: int | None = None,
         max_fraction_affected: float | None = None,
         dry_run: bool = False,
-        audits: Mapping[str, str] | None = None,
-        keep_failed_branch: bool = False,
+        audits: Mapping[str, str] | Audits | None = None,
+        keep_failed_branch: bool | None = None,
+        commit_policy: CommitPolicy | Mapping[str, Any] | None = None,
         isolation_level: IsolationLevel | str | None = None,
-        exactly_once: bool = True,
-        conflict_retries: int = 2,
-        durable: bool = True,
+        exactly_once: bool | None = None,
+        conflict_retries: int | None = None,
         asset_event_on_noop: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if not _is_template(table):
-            table_asset_uri(catalog_conn_id, table)  # a malformed name fails when the DAG is parsed
+        super().__init__(table=table, **kwargs)
+        _given_once(
+            "guards", guards, max_rows_affected=max_rows_affected, max_fraction_affected=max_fraction_affected
+        )
+        _given_once(
+            "commit_policy",
+            commit_policy,
+            isolation_level=isolation_level,
+            exactly_once=exactly_once,
+            conflict_retries=conflict_retries,
+        )
+        if isinstance(audits, Audits):
+            _given_once("audits", audits, keep_failed_branch=keep_failed_branch)
+            # The queries stay a plain mapping, so that Airflow renders them in either form.
+            keep_failed_branch = audits.keep_failed_branch
+            audits = dict(audits.queries)
         # An alias, not the table's asset itself: Airflow emits an event for every declared asset of a
         # task that succeeds, and a change that committed nothing must not schedule the table's DAGs.
         has_dag = self.has_dag()  # type: ignore[no-untyped-call]
         task_identity = f"{self.dag_id}.{self.task_id}" if has_dag else self.task_id
-        self._table_outlet = table_asset_alias(catalog_conn_id, table, task_identity)
+        self._table_outlet = table_asset_alias(self.catalog_conn_id, table, task_identity)
         self.outlets = [*self.outlets, self._table_outlet]
-        self.table = table
         self.where = where
         self.parameters = parameters
-        self.catalog_conn_id = catalog_conn_id
-        self.spark_conn_id = spark_conn_id
-        self.spark_conf = spark_conf
         self.snapshot_properties = snapshot_properties
         self.branch = branch
         self.write_mode = write_mode
         self.expected_snapshot_id = expected_snapshot_id
+        self.guards = guards
         self.max_rows_affected = max_rows_affected
         self.max_fraction_affected = max_fraction_affected
         # BaseOperator.dry_run() is Airflow's own method: keep it, store the flag under another name.
         self.dry_run_only = dry_run
         self.audits = audits
-        self.keep_failed_branch = keep_failed_branch
+        self.keep_failed_branch = bool(keep_failed_branch)
+        self.commit_policy = commit_policy
         self.isolation_level = isolation_level
         self.exactly_once = exactly_once
         self.conflict_retries = conflict_retries
-        self.durable = durable
         self.asset_event_on_noop = asset_event_on_noop
-        self._spark_hook: IcebergSparkSubmitHook | None = None
 
     def assignments(self) -> dict[str, str]:
         """UPDATE's ``set``; empty for DELETE."""
         return {}
 
-    def _check_inputs(self, table: Table) -> None:
-        """Cheap checks from table metadata, before any Spark application starts."""
+    # -- the spec and the result: pure ----------------------------------------------------------------
+
+    def build_spec(self, context: Context, table: Table) -> DmlSpec:
+        """The job spec of this task for ``table``, its input checked against the table's metadata.
+
+        Reads nothing but the task instance in ``context`` and the table's schema. Bad input raises
+        the package's errors (or ``ValueError``) here, before any Spark application starts.
+        """
         if not isinstance(self.where, str) or not self.where.strip():
             raise InvalidPredicateError(
                 "where is required and must be a non-empty Spark SQL predicate; "
@@ -199,124 +237,67 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
         problem = expression_problem(self.where)
         if problem:
             raise InvalidPredicateError(f"where={self.where!r}: {problem}")
-        for column, expression in self.assignments().items():
+        assignments = self.assignments()
+        for column, expression in assignments.items():
             problem = expression_problem(expression)
             if problem:
                 raise InvalidExpressionError(f"set[{column!r}]={expression!r}: {problem}")
-        if self.max_fraction_affected is not None and not 0 <= self.max_fraction_affected <= 1:
-            raise ValueError(f"max_fraction_affected={self.max_fraction_affected} must be between 0 and 1.")
-        if self.max_rows_affected is not None and self.max_rows_affected < 0:
-            raise ValueError(f"max_rows_affected={self.max_rows_affected} must not be negative.")
+        guards = _grouped(
+            Guards,
+            self.guards,
+            max_rows_affected=self.max_rows_affected,
+            max_fraction_affected=self.max_fraction_affected,
+        )
         columns = {field.name.lower() for field in table.schema().fields}
-        unknown = sorted(column for column in self.assignments() if column.lower() not in columns)
+        unknown = sorted(column for column in assignments if column.lower() not in columns)
         if unknown:
             raise UnknownColumnError(
                 f"set: column(s) {unknown} not in table {self.table!r} (columns: {sorted(columns)})."
             )
-
-    def execute(self, context: Context) -> DmlResult:
-        with bad_input_fails_the_task():
-            return self._run(context, time.monotonic())
-
-    def _run(self, context: Context, started: float) -> DmlResult:
-        write_mode = WriteMode(self.write_mode)
-        catalog_hook = IcebergCatalogHook(self.catalog_conn_id)
-        table = catalog_hook.load_table(self.table)
-        self._check_inputs(table)
-        expected = parse_snapshot_id("expected_snapshot_id", self.expected_snapshot_id)
-        ti = context["ti"]
-        run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-        store = self._task_state_store(context)
-        if self._reattach(store):
-            table = catalog_hook.load_table(self.table)  # the earlier try's job may have committed
-        head_before = catalog_hook.head_snapshot(table, self.branch)
-        head_id = head_before.snapshot_id if head_before else None
-        # Before the expected-snapshot check: an earlier try's own commit has moved the head.
-        replayed = self._replay(catalog_hook, table, run_key, head_id, started)
-        if replayed is not None:
-            self._emit_asset_event(context, replayed)
-            return replayed
-        if expected is not None and head_id != expected:
-            raise SnapshotMismatchError(
-                f"{self.table} (ref {self.branch or 'main'}) is at snapshot {head_id}, not at the expected "
-                f"snapshot {expected}: the table changed since the change was planned. Nothing was written."
-            )
-        spec = DmlSpec(
-            kind=self.job_kind,
-            catalog=catalog_hook.catalog_config.name,
-            table=self.table,
-            where=self.where,
-            assignments=self.assignments(),
-            parameters=dict(self.parameters or {}),
-            write_mode=write_mode,
-            branch=self.branch,
-            expected_snapshot_id=expected,
-            run_key=run_key,
+        commit_policy = _grouped(
+            CommitPolicy,
+            self.commit_policy,
             exactly_once=self.exactly_once,
             conflict_retries=self.conflict_retries,
-            max_rows_affected=self.max_rows_affected,
-            max_fraction_affected=self.max_fraction_affected,
+            isolation_level=self.isolation_level,
+        )
+        return DmlSpec(
+            kind=self.job_kind,
+            catalog=table.catalog.name,
+            table=self.table,
+            where=self.where,
+            assignments=assignments,
+            parameters=dict(self.parameters or {}),
+            write_mode=WriteMode(self.write_mode),
+            branch=self.branch,
+            expected_snapshot_id=parse_snapshot_id("expected_snapshot_id", self.expected_snapshot_id),
+            run_key=run_key(context),
             dry_run=self.dry_run_only,
-            audits=dict(self.audits or {}),
-            keep_failed_branch=self.keep_failed_branch,
-            isolation_level=IsolationLevel(self.isolation_level) if self.isolation_level else None,
-            snapshot_properties={
-                **(self.snapshot_properties or {}),
-                **run_key.summary_properties(ti.try_number),
-            },
+            guards=guards,
+            commit_policy=commit_policy,
+            audits=Audits(dict(self.audits or {}), self.keep_failed_branch),
+            snapshot_properties=commit_properties(context, self.snapshot_properties),
         )
-        self.log.info(
-            "%s on %s.%s (ref %s, head snapshot %s), write mode %s, where: %s",
-            self.job_kind.value.upper(),
-            spec.catalog,
-            self.table,
-            self.branch or "main",
-            head_before.snapshot_id if head_before else None,
-            write_mode.value,
-            self.where,
-        )
-        record = self._submit(
-            spec, catalog_hook.catalog_config, f"iceberg-dml-{ti.dag_id}-{ti.task_id}", store
-        )
-        result = self._result(catalog_hook, run_key, record, head_id, started)
-        self._emit_asset_event(context, result)
-        self._log_result(result)
-        return result
 
-    def _replay(
+    def to_result(
         self,
-        catalog_hook: IcebergCatalogHook,
-        table: Table,
-        run_key: RunKey,
-        head_id: int | None,
-        started: float,
-    ) -> DmlResult | None:
-        """The result of an earlier try of this run key that committed, or None (exactly-once)."""
-        if not self.exactly_once or self.dry_run_only:
-            return None
-        earlier = catalog_hook.find_run_commits(table, run_key, self.branch)
-        if not earlier:
-            return None
-        summary = earlier[0].summary.additional_properties if earlier[0].summary else {}
-        self.log.info(
-            "Run %s already committed snapshot %s (try %s): returning its result, committing nothing.",
-            run_key,
-            earlier[0].snapshot_id,
-            summary.get(SummaryKey.TRY_NUMBER),
-        )
-        record = JobRecord(outcome=Outcome.REPLAYED, snapshot_id=earlier[0].snapshot_id)
-        return self._result(catalog_hook, run_key, record, head_id, started)
-
-    def _result(
-        self,
-        catalog_hook: IcebergCatalogHook,
-        run_key: RunKey,
         record: JobRecord | None,
-        head_before: int | None,
-        started: float,
+        *,
+        snapshot: Snapshot | None = None,
+        parent: Snapshot | None = None,
+        head_before: int | None = None,
+        duration_s: float = 0.0,
+        remote_application_id: str | None = None,
     ) -> DmlResult:
+        """The task's result (its XCom value) from the job's record and the snapshots read back.
+
+        :param record: The job's report; None when its driver ran remotely (cluster deploy mode).
+        :param snapshot: The commit of this run, found in the table's history (None: no commit).
+        :param parent: Its parent snapshot, when still in the history (the rows deleted come from it).
+        :param head_before: The head of the branch before the job: a no-op's ``snapshot_id``.
+        :param remote_application_id: The application id of a remote driver (no record), if known.
+        """
         branch = self.branch or "main"
-        table = catalog_hook.load_table(self.table)
         if record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN):
             dry_run = record.outcome is Outcome.DRY_RUN
             return noop_result(
@@ -324,23 +305,25 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
                 branch=branch,
                 head_snapshot_id=head_before,
                 spark_app_id=record.spark_app_id,
-                duration_s=time.monotonic() - started,
+                duration_s=duration_s,
                 plan=record.plan.value if record.plan else "noop",
                 impact=dict(record.details) if dry_run else None,
             )
-        if record is not None and record.snapshot_id is not None:
-            snapshot = table.snapshot_by_id(record.snapshot_id)
-        else:
-            # Remote driver: no record file. The run key in the history names the commit.
-            snapshot = self._remote_commit(catalog_hook, table, run_key, head_before)
-            if snapshot is None and record is None:
-                return self._remote_noop(head_before, started)
+        if snapshot is None and record is None:
+            # A remote driver that succeeded without a commit: nothing matched, or a dry run.
+            return noop_result(
+                table=self.table,
+                branch=branch,
+                head_snapshot_id=head_before,
+                spark_app_id=remote_application_id,
+                duration_s=duration_s,
+                impact={} if self.dry_run_only else None,
+            )
         if snapshot is None or snapshot.summary is None:
             raise CommitNotFoundError(
-                f"The Spark job finished but no commit of run {run_key} is in the history of {self.table!r}."
+                f"The Spark job finished but no commit of this run is in the history of {self.table!r}."
             )
         replayed = record is not None and record.outcome is Outcome.REPLAYED
-        parent = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
         summary = snapshot.summary.additional_properties
         return committed_result(
             table=self.table,
@@ -356,43 +339,107 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
             plan=record.plan.value
             if record and record.plan and not replayed
             else summary.get(SummaryKey.PLAN, ""),
-            duration_s=time.monotonic() - started,
+            duration_s=duration_s,
             replayed=replayed,
         )
 
-    def _remote_commit(
-        self, catalog_hook: IcebergCatalogHook, table: Table, run_key: RunKey, head_before: int | None
-    ) -> Snapshot | None:
-        """The commit of a job whose driver ran remotely: by run key, else by its Spark application id.
+    # -- around them: what the worker reads ----------------------------------------------------------------
 
-        A metadata-only delete (Spark drops whole files itself) carries no run key, only the
-        ``spark.app.id`` that every Spark commit records.
-        """
-        app_id = self._spark_hook.remote_application_id if self._spark_hook else None
-        marks = [CommitMarks(run_key=run_key)] + ([CommitMarks(spark_app_id=app_id)] if app_id else [])
-        for mark in marks:
-            commits = catalog_hook.find_commits(table, mark, self.branch, stop_at=head_before)
-            if commits:
-                return commits[0]
-        return None
-
-    def _remote_noop(self, head_before: int | None, started: float) -> DmlResult:
-        """A remote driver finished without error and committed nothing: nothing matched, or a dry run."""
-        app_id = self._spark_hook.remote_application_id if self._spark_hook else None
+    def plan(
+        self, context: Context, catalog_hook: IcebergCatalogHook, table: Table, started: float
+    ) -> JobPlan[int | None] | DmlResult:
+        spec = self.build_spec(context, table)
+        head = catalog_hook.head_snapshot(table, spec.branch)
+        head_id = head.snapshot_id if head else None
+        # Before the expected-snapshot check: an earlier try's own commit has moved the head.
+        replayed = self._replay(catalog_hook, table, spec, head_id, started)
+        if replayed is not None:
+            return replayed
+        # The worker's check, before Spark starts; the job checks again at its own start.
+        if spec.expected_snapshot_id is not None and head_id != spec.expected_snapshot_id:
+            raise SnapshotMismatchError(
+                f"{self.table} (ref {self.branch or 'main'}) is at snapshot {head_id}, not at the expected "
+                f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned. "
+                "Nothing was written."
+            )
         self.log.info(
-            "The driver ran remotely (application %s) and succeeded without a commit%s; its report is in "
-            "the driver's log.",
-            app_id or "id unknown",
-            " (dry run)" if self.dry_run_only else ": nothing matched",
+            "%s on %s.%s (ref %s, head snapshot %s), write mode %s, where: %s",
+            self.job_kind.value.upper(),
+            spec.catalog,
+            self.table,
+            self.branch or "main",
+            head_id,
+            spec.write_mode.value,
+            self.where,
         )
-        return noop_result(
-            table=self.table,
-            branch=self.branch or "main",
-            head_snapshot_id=head_before,
-            spark_app_id=app_id,
+        return JobPlan(spec, head_id)
+
+    def _replay(
+        self,
+        catalog_hook: IcebergCatalogHook,
+        table: Table,
+        spec: DmlSpec,
+        head_id: int | None,
+        started: float,
+    ) -> DmlResult | None:
+        """The result of an earlier try of this run key that committed, or None (exactly once)."""
+        if not spec.commit_policy.exactly_once or spec.dry_run or spec.run_key is None:
+            return None
+        earlier = catalog_hook.find_run_commits(table, spec.run_key, spec.branch)
+        if not earlier:
+            return None
+        summary = earlier[0].summary.additional_properties if earlier[0].summary else {}
+        self.log.info(
+            "Run %s already committed snapshot %s (try %s): returning its result, committing nothing.",
+            spec.run_key,
+            earlier[0].snapshot_id,
+            summary.get(SummaryKey.TRY_NUMBER),
+        )
+        return self.to_result(
+            JobRecord(outcome=Outcome.REPLAYED, snapshot_id=earlier[0].snapshot_id),
+            snapshot=earlier[0],
+            parent=_parent(table, earlier[0]),
+            head_before=head_id,
             duration_s=time.monotonic() - started,
-            impact={} if self.dry_run_only else None,
         )
+
+    def collect(
+        self,
+        context: Context,
+        catalog_hook: IcebergCatalogHook,
+        plan: JobPlan[int | None],
+        record: JobRecord | None,
+        started: float,
+    ) -> DmlResult:
+        spec = cast("DmlSpec", plan.spec)
+        table = catalog_hook.load_table(self.table)
+        snapshot = None
+        if record is not None and record.snapshot_id is not None:
+            snapshot = table.snapshot_by_id(record.snapshot_id)
+        elif record is None:
+            # Remote driver: no record file. The run key (or the application id) in the history names it.
+            commits = self.find_commits(catalog_hook, table, run_key(context), spec.branch, since=plan.before)
+            snapshot = commits[0] if commits else None
+        application_id = self._spark_hook.remote_application_id if self._spark_hook else None
+        if record is None and snapshot is None:
+            self.log.info(
+                "The driver ran remotely (application %s) and succeeded without a commit%s; its report is "
+                "in the driver's log.",
+                application_id or "id unknown",
+                " (dry run)" if self.dry_run_only else ": nothing matched",
+            )
+        return self.to_result(
+            record,
+            snapshot=snapshot,
+            parent=_parent(table, snapshot),
+            head_before=plan.before,
+            duration_s=time.monotonic() - started,
+            remote_application_id=application_id,
+        )
+
+    def report(self, context: Context, result: DmlResult) -> None:
+        self._emit_asset_event(context, result)
+        self._log_result(result)
 
     def _emit_asset_event(self, context: Context, result: DmlResult) -> None:
         if result["noop"] and not self.asset_event_on_noop:
@@ -433,7 +480,8 @@ class BaseIcebergDmlOperator(DurableSubmitMixin, BaseOperator):
             result["duration_s"],
         )
 
-    def on_kill(self) -> None:
-        """Stop the Spark application of this task."""
-        if self._spark_hook is not None:
-            self._spark_hook.on_kill()
+
+def _parent(table: Table, snapshot: Snapshot | None) -> Snapshot | None:
+    if snapshot is None or snapshot.parent_snapshot_id is None:
+        return None
+    return table.snapshot_by_id(snapshot.parent_snapshot_id)

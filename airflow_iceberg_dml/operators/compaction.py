@@ -14,17 +14,16 @@ from airflow_iceberg_dml.spec import (
     RewriteDataFilesCall,
     RewriteManifestsCall,
     RewritePositionDeleteFilesCall,
-    RunKey,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from datetime import datetime
 
-    from airflow.sdk import Context
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.health import HealthReport
+    from airflow_iceberg_dml.spec import JobRecord
 
 
 class CompactionResult(MaintenanceResult):
@@ -166,9 +165,6 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
             raise InvalidMaintenanceOptionError(f"conflict_retries={self.conflict_retries} must be >= 0.")
         return self.conflict_retries
 
-    def snapshot_properties_for(self, run_key: RunKey, try_number: int) -> dict[str, str]:
-        return {**(self.snapshot_properties or {}), **run_key.summary_properties(try_number)}
-
     def _strategy(self) -> CompactionStrategy:
         try:
             return CompactionStrategy(self.strategy)
@@ -270,8 +266,9 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
             return None
         return f"the table is healthy by the thresholds ({health.describe()})"
 
-    def execute(self, context: Context) -> CompactionResult:
-        result: dict[str, Any] = dict(super().execute(context))
+    def to_result(self, record: JobRecord | None, **kwargs: Any) -> CompactionResult:
+        """A :class:`MaintenanceResult` with ``rewrite_data_files``' output columns on top (0 for a no-op)."""
+        result: dict[str, Any] = dict(super().to_result(record, **kwargs))
         data = result["outputs"].get(MaintenanceProcedure.REWRITE_DATA_FILES.value, {})
         for column in _DATA_COLUMNS:
             result[column] = int(data.get(column, 0))

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
-
-from airflow.sdk import BaseOperator
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 from airflow_iceberg_dml import procedures
-from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention
-from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.operators.durable import DurableSubmitMixin
-from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
+from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention, table_health
+from airflow_iceberg_dml.operators.spark_job import (
+    BaseIcebergSparkJobOperator,
+    JobPlan,
+    commit_properties,
+    run_key,
+)
 from airflow_iceberg_dml.spec import (
     ExpireSnapshotsCall,
     JobRecord,
@@ -27,10 +29,8 @@ from airflow_iceberg_dml.spec import (
     MaintenanceSpec,
     ProcedureCall,
     RemoveOrphanFilesCall,
-    RunKey,
     snapshot_id_text,
 )
-from airflow_iceberg_dml.sql import split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pyiceberg.table import Table
 
-    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
 
 class MaintenanceResult(TypedDict):
@@ -71,11 +71,18 @@ def _json(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _is_template(value: object) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
+@dataclass(frozen=True)
+class HealthBefore:
+    """What the worker read before a maintenance job: the table's health, and why the job runs."""
+
+    health: HealthReport
+    thresholds: HealthThresholds
+    reason: str
+    forced: bool
+    now: datetime
 
 
-class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
+class BaseIcebergMaintenanceOperator(BaseIcebergSparkJobOperator[HealthBefore, MaintenanceResult]):
     """Health check, then the Iceberg procedures through spark-submit when the table needs them.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -94,30 +101,21 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
 
     template_fields: Sequence[str] = ("table",)
     ui_color = "#d8ecd3"
+    application_name_prefix: ClassVar[str] = "iceberg-maintenance"
     #: The procedures this operator may run; the health findings about them are its reasons to run.
     maintenance_procedures: ClassVar[tuple[MaintenanceProcedure, ...]] = ()
+    #: Your own entries for the summary of every commit (the run key is always added).
+    snapshot_properties: Mapping[str, str] | None = None
 
     def __init__(
         self,
         *,
         table: str,
-        catalog_conn_id: str = IcebergCatalogHook.default_conn_name,
-        spark_conn_id: str = "spark_default",
-        spark_conf: Mapping[str, Any] | None = None,
         health_thresholds: HealthThresholds | Mapping[str, Any] | None = None,
-        durable: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        if not _is_template(table):
-            split_table_name(table)
-        self.table = table
-        self.catalog_conn_id = catalog_conn_id
-        self.spark_conn_id = spark_conn_id
-        self.spark_conf = spark_conf
+        super().__init__(table=table, **kwargs)
         self.health_thresholds = health_thresholds
-        self.durable = durable
-        self._spark_hook: IcebergSparkSubmitHook | None = None
 
     # -- what subclasses decide ---------------------------------------------------------------
 
@@ -133,9 +131,6 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
         """Retention the health check counts expirable snapshots with (None: the table's own)."""
         return None
 
-    def snapshot_properties_for(self, run_key: RunKey, try_number: int) -> dict[str, str]:
-        return run_key.summary_properties(try_number)
-
     @property
     def forced(self) -> bool:
         return False
@@ -144,19 +139,78 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
     def conflict_retry_limit(self) -> int:
         return 0
 
-    # -- execution ----------------------------------------------------------------------------------
+    # -- the spec and the result: pure --------------------------------------------------------------
 
-    def execute(self, context: Context) -> Any:
-        with bad_input_fails_the_task():
-            return self._run(context, time.monotonic())
+    def build_spec(
+        self,
+        context: Context,
+        table: Table,
+        *,
+        health: HealthReport | None = None,
+        now: datetime | None = None,
+    ) -> MaintenanceSpec:
+        """The job spec of this task for ``table``: its procedure calls, validated.
 
-    def _run(self, context: Context, started: float) -> MaintenanceResult:
+        :param health: The table's health as the worker read it; default: read from ``table``'s metadata
+            with ``health_thresholds``.
+        :param now: The time retention ages count from (default: now).
+        """
+        now = now or datetime.now(tz=UTC)
+        if health is None:
+            thresholds = HealthThresholds.from_value(self.health_thresholds)
+            health = table_health(table, thresholds, retention=self.retention(now))
+        return self._spec(context, table, self.procedure_calls(table, health, now))
+
+    def _spec(self, context: Context, table: Table, calls: Sequence[ProcedureCall]) -> MaintenanceSpec:
+        return MaintenanceSpec(
+            catalog=table.catalog.name,
+            table=self.table,
+            calls=tuple(calls),
+            snapshot_properties=commit_properties(context, self.snapshot_properties),
+            conflict_retries=self.conflict_retry_limit,
+        )
+
+    def to_result(
+        self,
+        record: JobRecord | None,
+        *,
+        health_before: HealthReport,
+        reason: str,
+        procedures: Sequence[MaintenanceProcedure] = (),
+        forced: bool = False,
+        health_after: HealthReport | None = None,
+        commits: Sequence[int] = (),
+        duration_s: float = 0.0,
+    ) -> MaintenanceResult:
+        """The task's result (its XCom value). With no ``procedures``: a no-op, no Spark application.
+
+        :param record: The job's report; None for a no-op, or when the driver ran remotely.
+        :param commits: The snapshots the job committed, newest first.
+        """
+        head = health_after.snapshot_id if health_after is not None else health_before.snapshot_id
+        return MaintenanceResult(
+            table=self.table,
+            procedures=[procedure.value for procedure in procedures],
+            noop=not procedures,
+            reason=reason,
+            forced=forced,
+            snapshot_id=snapshot_id_text(commits[0] if commits else head),
+            committed_snapshot_ids=[str(snapshot_id) for snapshot_id in commits],
+            spark_app_id=record.spark_app_id if record else None,
+            conflict_retries=int(record.details.get("conflict_retries", 0)) if record else 0,
+            outputs=_json(dict(record.details.get("outputs", {}))) if record else {},
+            health_before=_json(health_before.to_dict()),
+            health_after=_json(health_after.to_dict()) if health_after is not None else None,
+            duration_s=round(duration_s, 3),
+        )
+
+    # -- around them: what the worker reads --------------------------------------------------------
+
+    def plan(
+        self, context: Context, catalog_hook: IcebergCatalogHook, table: Table, started: float
+    ) -> JobPlan[HealthBefore] | MaintenanceResult:
         now = datetime.now(tz=UTC)
         thresholds = HealthThresholds.from_value(self.health_thresholds)
-        catalog_hook = IcebergCatalogHook(self.catalog_conn_id)
-        store = self._task_state_store(context)
-        self._reattach(store)  # the health check below then sees what that job did
-        table = catalog_hook.load_table(self.table)
         health = catalog_hook.health(table, thresholds, retention=self.retention(now))
         calls = self.procedure_calls(table, health, now)
         self.log.info(
@@ -167,10 +221,17 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
         not_needed = self.not_needed_reason(health)
         if not_needed is not None and not self.forced:
             self.log.info("No-op: %s. No Spark application started (force=True runs anyway).", not_needed)
-            return self._noop_result(health, not_needed, started)
+            return self.to_result(
+                None, health_before=health, reason=not_needed, duration_s=time.monotonic() - started
+            )
         if not calls:
             self.log.info("No-op: no procedure to run. No Spark application started.")
-            return self._noop_result(health, "no procedure to run", started)
+            return self.to_result(
+                None,
+                health_before=health,
+                reason="no procedure to run",
+                duration_s=time.monotonic() - started,
+            )
         reason = (
             f"force=True ({not_needed})"
             if not_needed is not None
@@ -178,36 +239,43 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
             or "runs on every schedule (not visible in metadata)"
         )
         self.log.info("Running %s on %s: %s", ", ".join(c.procedure.value for c in calls), self.table, reason)
-        ti = context["ti"]
-        run_key = RunKey(ti.dag_id, ti.task_id, ti.run_id, ti.map_index if ti.map_index is not None else -1)
-        spec = MaintenanceSpec(
-            catalog=catalog_hook.catalog_config.name,
-            table=self.table,
-            calls=tuple(calls),
-            snapshot_properties=self.snapshot_properties_for(run_key, ti.try_number),
-            conflict_retries=self.conflict_retry_limit,
+        # The task context is read only now: a no-op needs none.
+        spec = self._spec(context, table, calls)
+        return JobPlan(
+            spec, HealthBefore(health, thresholds, reason, self.forced and not_needed is not None, now)
         )
-        head_before = health.snapshot_id
-        record = self._submit(
-            spec, catalog_hook.catalog_config, f"iceberg-maintenance-{ti.dag_id}-{ti.task_id}", store
-        )
+
+    def collect(
+        self,
+        context: Context,
+        catalog_hook: IcebergCatalogHook,
+        plan: JobPlan[HealthBefore],
+        record: JobRecord | None,
+        started: float,
+    ) -> MaintenanceResult:
+        before = plan.before
         table_after = catalog_hook.load_table(self.table)
-        health_after = catalog_hook.health(table_after, thresholds, retention=self.retention(now))
-        commits = self._commits(catalog_hook, table_after, record, run_key, head_before)
-        result = MaintenanceResult(
-            table=self.table,
-            procedures=[call.procedure.value for call in calls],
-            noop=False,
-            reason=reason,
-            forced=self.forced and not_needed is not None,
-            snapshot_id=snapshot_id_text(commits[0] if commits else health_after.snapshot_id),
-            committed_snapshot_ids=[str(snapshot_id) for snapshot_id in commits],
-            spark_app_id=record.spark_app_id if record else None,
-            conflict_retries=int(record.details.get("conflict_retries", 0)) if record else 0,
-            outputs=_json(dict(record.details.get("outputs", {}))) if record else {},
-            health_before=_json(health.to_dict()),
-            health_after=_json(health_after.to_dict()),
-            duration_s=round(time.monotonic() - started, 3),
+        health_after = catalog_hook.health(
+            table_after, before.thresholds, retention=self.retention(before.now)
+        )
+        if record is not None:
+            commits = [int(snapshot_id) for snapshot_id in record.details.get("commits", [])]
+        else:
+            # Remote driver: no record file; the run key in the history names the commits.
+            found = self.find_commits(
+                catalog_hook, table_after, run_key(context), since=before.health.snapshot_id
+            )
+            commits = [snapshot.snapshot_id for snapshot in found]
+        calls = cast("MaintenanceSpec", plan.spec).calls
+        result = self.to_result(
+            record,
+            health_before=before.health,
+            reason=before.reason,
+            procedures=[call.procedure for call in calls],
+            forced=before.forced,
+            health_after=health_after,
+            commits=commits,
+            duration_s=time.monotonic() - started,
         )
         self.log.info(
             "Done in %.1fs: %s. Health after: %s",
@@ -216,41 +284,6 @@ class BaseIcebergMaintenanceOperator(DurableSubmitMixin, BaseOperator):
             health_after.describe(),
         )
         return result
-
-    @staticmethod
-    def _commits(
-        catalog_hook: IcebergCatalogHook,
-        table: Table,
-        record: JobRecord | None,
-        run_key: RunKey,
-        head_before: int | None,
-    ) -> list[int]:
-        if record is not None:
-            return [int(snapshot_id) for snapshot_id in record.details.get("commits", [])]
-        # Remote driver: no record file; the run key in the history names the commits.
-        return [s.snapshot_id for s in catalog_hook.find_run_commits(table, run_key, stop_at=head_before)]
-
-    def _noop_result(self, health: HealthReport, reason: str, started: float) -> MaintenanceResult:
-        return MaintenanceResult(
-            table=self.table,
-            procedures=[],
-            noop=True,
-            reason=reason,
-            forced=False,
-            snapshot_id=snapshot_id_text(health.snapshot_id),
-            committed_snapshot_ids=[],
-            spark_app_id=None,
-            conflict_retries=0,
-            outputs={},
-            health_before=_json(health.to_dict()),
-            health_after=None,
-            duration_s=round(time.monotonic() - started, 3),
-        )
-
-    def on_kill(self) -> None:
-        """Stop the Spark application of this task."""
-        if self._spark_hook is not None:
-            self._spark_hook.on_kill()
 
 
 def _brief(output: Mapping[str, Any]) -> str:

@@ -1,0 +1,369 @@
+"""The operators' pure halves, without Spark or a catalog: ``build_spec`` and ``to_result``.
+
+The table is a stand-in with what ``build_spec`` reads of a pyiceberg table (its schema and its
+catalog's name); the snapshots are pyiceberg's own objects.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+from airflow_iceberg_dml.exceptions import CommitNotFoundError, UnknownColumnError
+from airflow_iceberg_dml.health import HealthThresholds, assess
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.maintenance import (
+    BaseIcebergMaintenanceOperator,
+    IcebergExpireSnapshotsOperator,
+)
+from airflow_iceberg_dml.operators.spark_job import BaseIcebergSparkJobOperator
+from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+from airflow_iceberg_dml.spec import (
+    Audits,
+    CommitPolicy,
+    DmlSpec,
+    ExpireSnapshotsCall,
+    Guards,
+    IsolationLevel,
+    JobKind,
+    JobRecord,
+    MaintenanceProcedure,
+    Outcome,
+    Plan,
+    RunKey,
+    SummaryKey,
+)
+from tests.conftest import task_context
+
+RUN_KEY = RunKey("erasure", "erase", "manual__1", 3)
+CONTEXT = task_context(RUN_KEY, try_number=2)
+TABLE: Any = SimpleNamespace(
+    catalog=SimpleNamespace(name="lake"),
+    schema=lambda: Schema(
+        NestedField(1, "order_id", LongType()),
+        NestedField(2, "amount", DoubleType()),
+        NestedField(3, "status", StringType()),
+    ),
+)
+
+
+def _update(**fields: Any) -> IcebergUpdateOperator:
+    return IcebergUpdateOperator(
+        task_id="fix", table="sales.orders", where="status = 'O'", set={"amount": "0"}, **fields
+    )
+
+
+# -- one lifecycle --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "operator",
+    [IcebergDeleteOperator, IcebergUpdateOperator, IcebergCompactionOperator, IcebergExpireSnapshotsOperator],
+)
+def test_every_spark_job_operator_shares_one_lifecycle(operator):
+    assert issubclass(operator, BaseIcebergSparkJobOperator)
+    for method in ("execute", "on_kill", "find_commits", "_submit", "_reattach"):
+        assert getattr(operator, method) is getattr(BaseIcebergSparkJobOperator, method), method
+    assert callable(operator.build_spec)
+    assert callable(operator.to_result)
+
+
+# -- DELETE / UPDATE: build_spec -------------------------------------------------------------------
+
+
+def test_the_keyword_arguments_dags_write_today_map_into_the_config_objects():
+    operator = _update(
+        max_rows_affected=10,
+        max_fraction_affected=0.5,
+        exactly_once=False,
+        conflict_retries=5,
+        isolation_level="snapshot",
+        audits={"positive": "SELECT count(*) = 0 FROM {table} WHERE amount < 0"},
+        keep_failed_branch=True,
+        expected_snapshot_id="1238605019147977250",
+        snapshot_properties={"batch": "b-1"},
+        branch="audit",
+        parameters={"rate": 0.9},
+        dry_run=True,
+    )
+    spec = operator.build_spec(CONTEXT, TABLE)
+
+    assert spec.guards == Guards(max_rows_affected=10, max_fraction_affected=0.5)
+    assert spec.commit_policy == CommitPolicy(
+        exactly_once=False, conflict_retries=5, isolation_level=IsolationLevel.SNAPSHOT
+    )
+    assert spec.audits == Audits({"positive": "SELECT count(*) = 0 FROM {table} WHERE amount < 0"}, True)
+    assert spec.kind is JobKind.UPDATE
+    assert spec.catalog == "lake"
+    assert spec.assignments == {"amount": "0"}
+    assert spec.expected_snapshot_id == 1238605019147977250
+    assert spec.run_key == RUN_KEY
+    assert spec.dry_run is True
+    assert spec.branch == "audit"
+    assert spec.parameters == {"rate": 0.9}
+    assert spec.snapshot_properties == {"batch": "b-1", **RUN_KEY.summary_properties(2)}
+
+
+def test_without_them_the_config_objects_have_their_defaults():
+    spec = IcebergDeleteOperator(task_id="erase", table="sales.orders", where="TRUE").build_spec(
+        CONTEXT, TABLE
+    )
+    assert spec.guards == Guards()
+    assert not spec.guards.active
+    assert spec.commit_policy == CommitPolicy(exactly_once=True, conflict_retries=2, isolation_level=None)
+    assert spec.audits == Audits({}, keep_failed_branch=False)
+
+
+def test_config_objects_are_embedded_unchanged():
+    guards = Guards(max_rows_affected=3)
+    policy = CommitPolicy(exactly_once=False, conflict_retries=0)
+    spec = _update(guards=guards, commit_policy=policy).build_spec(CONTEXT, TABLE)
+    assert spec.guards is guards
+    assert spec.commit_policy is policy
+    as_dicts = _update(guards={"max_fraction_affected": 0.1}, commit_policy={"isolation_level": "snapshot"})
+    spec = as_dicts.build_spec(CONTEXT, TABLE)
+    assert spec.guards == Guards(max_fraction_affected=0.1)
+    assert spec.commit_policy.isolation_level is IsolationLevel.SNAPSHOT
+
+
+def test_audits_given_as_an_object_are_still_rendered():
+    operator = _update(audits=Audits({"few": "SELECT count(*) < {{ params.limit }} FROM {table}"}, True))
+    operator.render_template_fields({"params": {"limit": 5}})  # type: ignore[typeddict-item]
+    assert operator.build_spec(CONTEXT, TABLE).audits == Audits(
+        {"few": "SELECT count(*) < 5 FROM {table}"}, True
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"guards": Guards(max_rows_affected=1), "max_rows_affected": 2},
+        {"commit_policy": CommitPolicy(), "exactly_once": False},
+        {"audits": Audits({"a": "SELECT TRUE"}), "keep_failed_branch": True},
+    ],
+)
+def test_a_parameter_given_twice_is_refused_when_the_dag_is_parsed(fields):
+    with pytest.raises(TypeError, match="given both on its own and in"):
+        _update(**fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_fraction_affected": 2}, "max_fraction_affected=2 must be between 0 and 1"),
+        ({"max_rows_affected": -1}, "max_rows_affected=-1 must not be negative"),
+        ({"conflict_retries": -1}, "conflict_retries=-1 must be >= 0"),
+        ({"isolation_level": "strict"}, "'strict' is not a valid IsolationLevel"),
+        ({"set": {"nope": "1"}}, r"column\(s\) \['nope'\] not in table"),
+        ({"expected_snapshot_id": "abc"}, "is not a snapshot id"),
+    ],
+)
+def test_bad_values_fail_in_build_spec_not_when_the_dag_is_parsed(fields, message):
+    operator = IcebergUpdateOperator(
+        task_id="fix", table="sales.orders", where="TRUE", **{"set": {"amount": "0"}, **fields}
+    )
+    with pytest.raises((ValueError, UnknownColumnError), match=message):
+        operator.build_spec(CONTEXT, TABLE)
+
+
+def test_the_execute_wrapper_fails_bad_input_without_retry(monkeypatch):
+    """Bad input found by build_spec fails the task at once (AirflowFailException), before any Spark."""
+    operator = _update(max_fraction_affected=2)
+    monkeypatch.setattr(
+        "airflow_iceberg_dml.operators.spark_job.IcebergCatalogHook.load_table", lambda self, name: TABLE
+    )
+    with pytest.raises(AirflowFailException, match="ValueError: max_fraction_affected=2"):
+        operator.execute({})
+    assert operator._spark_hook is None
+
+
+# -- DELETE / UPDATE: to_result ----------------------------------------------------------------------
+
+
+def _snapshot(snapshot_id: int, parent_id: int | None, operation: Operation, **summary: str) -> Snapshot:
+    return Snapshot(
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=snapshot_id,
+        timestamp_ms=1_763_726_400_000,
+        manifest_list=f"snap-{snapshot_id}.avro",
+        summary=Summary(operation, **summary),
+    )
+
+
+PARENT = _snapshot(1, None, Operation.APPEND, **{"total-records": "100", "total-position-deletes": "0"})
+COMMIT = _snapshot(
+    2,
+    1,
+    Operation.OVERWRITE,
+    **{
+        "total-records": "100",
+        "total-position-deletes": "10",
+        "added-position-deletes": "10",
+        "added-delete-files": "2",
+        "spark.app.id": "local-1",
+        SummaryKey.PLAN: "row-level",
+    },
+)
+
+
+def test_a_commit_becomes_the_result_from_its_snapshot_summary():
+    record = JobRecord(
+        outcome=Outcome.COMMITTED, snapshot_id=2, write_mode="merge-on-read", plan=Plan.ROW_LEVEL
+    )
+    result = IcebergDeleteOperator(task_id="d", table="db.t", where="TRUE").to_result(
+        record, snapshot=COMMIT, parent=PARENT, head_before=1, duration_s=1.23456
+    )
+    assert result["snapshot_id"] == "2"
+    assert result["parent_snapshot_id"] == "1"
+    assert result["operation"] == "overwrite"
+    assert result["rows_deleted"] == 10
+    assert result["added_delete_files"] == 2
+    assert result["write_mode"] == "merge-on-read"
+    assert result["plan"] == "row-level"
+    assert result["spark_app_id"] == "local-1"
+    assert result["noop"] is False
+    assert result["replayed"] is False
+    assert result["duration_s"] == 1.235
+    json.dumps(result)
+
+
+def test_a_replayed_commit_takes_its_plan_from_the_summary():
+    record = JobRecord(outcome=Outcome.REPLAYED, snapshot_id=2)
+    result = _update().to_result(record, snapshot=COMMIT, parent=PARENT)
+    assert result["replayed"] is True
+    assert result["write_mode"] is None
+    assert result["plan"] == "row-level"
+
+
+def test_no_match_dry_run_and_a_silent_remote_driver_are_no_ops():
+    operator = IcebergDeleteOperator(task_id="d", table="db.t", where="TRUE", branch="audit")
+    nothing = operator.to_result(JobRecord(outcome=Outcome.NOOP, spark_app_id="local-2"), head_before=7)
+    assert (nothing["noop"], nothing["dry_run"], nothing["snapshot_id"], nothing["branch"]) == (
+        True,
+        False,
+        "7",
+        "audit",
+    )
+    impact = {"rows_matched": 3, "rows_total": 9}
+    dry = operator.to_result(JobRecord(outcome=Outcome.DRY_RUN, plan=Plan.ROW_LEVEL, details=impact))
+    assert (dry["noop"], dry["dry_run"], dry["impact"], dry["plan"]) == (True, True, impact, "row-level")
+    remote = operator.to_result(None, head_before=7, remote_application_id="application_1_2")
+    assert (remote["noop"], remote["spark_app_id"], remote["impact"]) == (True, "application_1_2", None)
+
+
+def test_a_commit_the_history_does_not_hold_is_an_error():
+    with pytest.raises(CommitNotFoundError, match="no commit of this run"):
+        _update().to_result(JobRecord(outcome=Outcome.COMMITTED, snapshot_id=3))
+
+
+# -- maintenance -------------------------------------------------------------------------------------------
+
+
+def _health(snapshot_id: int = 5) -> Any:
+    return assess(
+        table="db.t",
+        snapshot_id=snapshot_id,
+        summary={"total-records": "10", "total-data-files": "1"},
+        entries=None,
+        manifests=None,
+        snapshots=[],
+        ref_heads=[snapshot_id],
+        metadata_json_bytes=None,
+        retention=None,
+        thresholds=HealthThresholds(),
+    )
+
+
+def test_a_maintenance_spec_is_built_from_the_table_and_the_clock():
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    operator = IcebergExpireSnapshotsOperator(task_id="expire", table="db.t", older_than="7d", retain_last=3)
+    spec = operator.build_spec(CONTEXT, TABLE, health=_health(), now=now)
+    assert spec.catalog == "lake"
+    assert spec.table == "db.t"
+    (call,) = spec.calls
+    assert isinstance(call, ExpireSnapshotsCall)
+    assert call.older_than_ms == int((now - timedelta(days=7)).timestamp() * 1000)
+    assert call.retain_last == 3
+    assert spec.snapshot_properties == RUN_KEY.summary_properties(2)
+
+
+def test_compaction_adds_the_user_snapshot_properties_and_its_retry_limit():
+    operator = IcebergCompactionOperator(
+        task_id="compact", table="db.t", force=True, snapshot_properties={"batch": "b"}, conflict_retries=4
+    )
+    spec = operator.build_spec(CONTEXT, TABLE, health=_health())
+    assert spec.snapshot_properties == {"batch": "b", **RUN_KEY.summary_properties(2)}
+    assert spec.conflict_retries == 4
+    assert spec.calls[0].procedure is MaintenanceProcedure.REWRITE_DATA_FILES
+
+
+def test_maintenance_results_for_a_no_op_and_for_a_run():
+    operator = IcebergCompactionOperator(task_id="compact", table="db.t")
+    noop = operator.to_result(None, health_before=_health(5), reason="healthy", duration_s=0.01)
+    assert (noop["noop"], noop["procedures"], noop["snapshot_id"], noop["health_after"]) == (
+        True,
+        [],
+        "5",
+        None,
+    )
+    assert noop["rewritten_data_files_count"] == 0
+
+    outputs = {"rewrite_data_files": {"rewritten_data_files_count": 12, "added_data_files_count": 3}}
+    record = JobRecord(
+        outcome=Outcome.COMMITTED, spark_app_id="local-3", details={"outputs": outputs, "conflict_retries": 1}
+    )
+    run = operator.to_result(
+        record,
+        health_before=_health(5),
+        reason="deletes",
+        procedures=[MaintenanceProcedure.REWRITE_DATA_FILES],
+        health_after=_health(9),
+        commits=[9, 8],
+    )
+    assert run["noop"] is False
+    assert run["procedures"] == ["rewrite_data_files"]
+    assert (run["snapshot_id"], run["committed_snapshot_ids"]) == ("9", ["9", "8"])
+    assert (run["spark_app_id"], run["conflict_retries"]) == ("local-3", 1)
+    assert run["rewritten_data_files_count"] == 12
+    assert run["added_data_files_count"] == 3
+    assert run["health_after"]["snapshot_id"] == "9"
+    assert "rewritten_data_files_count" not in BaseIcebergMaintenanceOperator.to_result(
+        operator, record, health_before=_health(5), reason="x"
+    )
+
+
+# -- the spec's JSON carries the config objects -----------------------------------------------------------
+
+
+def test_config_objects_round_trip_through_the_spec_json():
+    spec = DmlSpec(
+        kind=JobKind.DELETE,
+        catalog="c",
+        table="db.t",
+        where="TRUE",
+        guards=Guards(max_rows_affected=5, max_fraction_affected=0.25),
+        commit_policy=CommitPolicy(
+            exactly_once=False, conflict_retries=0, isolation_level=IsolationLevel.SNAPSHOT
+        ),
+        audits=Audits({"a": "SELECT TRUE"}, keep_failed_branch=True),
+    )
+    assert DmlSpec.from_json(spec.to_json()) == spec
+    payload = json.loads(spec.to_json())
+    assert payload["guards"] == {"max_rows_affected": 5, "max_fraction_affected": 0.25}
+    assert payload["commit_policy"] == {
+        "exactly_once": False,
+        "conflict_retries": 0,
+        "isolation_level": "snapshot",
+    }
+    assert payload["audits"] == {"queries": {"a": "SELECT TRUE"}, "keep_failed_branch": True}
+    assert payload["version"] == 2
