@@ -109,12 +109,15 @@ class DmlJob:
         kind = spec.kind.value.upper()
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
         self.state.refresh()  # a missing table is named before anything else
-        self.state.head(self.ref)  # and so is a missing branch
+        head = self.state.head(self.ref)  # and so is a missing branch
         self._validate()
         attempts = spec.commit_policy.conflict_retries + 1
         for attempt in range(1, attempts + 1):
+            if attempt > 1:  # re-plan on the head the conflicting commit made
+                self.state.refresh()
+                head = self.state.head(self.ref)
             try:
-                return self._attempt()
+                return self._attempt(head)
             except Exception as error:
                 conflict = commit_conflict(error, _CONFLICTS)
                 if conflict is None:
@@ -135,11 +138,9 @@ class DmlJob:
                 log(f"Commit conflict (attempt {attempt} of {attempts}): {conflict}. Re-planning.")
         raise AssertionError("unreachable")
 
-    def _attempt(self) -> JobRecord:
-        """One plan-and-commit from the current head; a commit conflict makes ``run`` try again."""
+    def _attempt(self, head_before: int | None) -> JobRecord:
+        """One plan-and-commit from ``head_before``; a commit conflict makes ``run`` try again."""
         spec = self.spec
-        self.state.refresh()
-        head_before = self.state.head(self.ref)
         if spec.expected_snapshot_id is not None and head_before != spec.expected_snapshot_id:
             raise SnapshotMismatchError(
                 f"{self.table_name} (ref {self.ref}) is at snapshot {head_before}, not at the expected "
