@@ -8,6 +8,7 @@ files, and when a truncate drops files that already carried deletes.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -15,6 +16,8 @@ from airflow_iceberg_dml.spec import SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from airflow_iceberg_dml.health import HealthReport
 
 
 class DmlResult(TypedDict):
@@ -53,6 +56,15 @@ class DmlResult(TypedDict):
     removed_data_files: int
     spark_app_id: str | None
     duration_s: float
+    health: dict[str, Any] | None
+    """The table's health after the task, from its metadata only (``HealthReport.to_dict()`` of
+    :mod:`airflow_iceberg_dml.health`: delete files per data file, deleted-row ratio, which maintenance
+    it needs); None when it could not be read."""
+
+
+def health_payload(report: HealthReport | None) -> dict[str, Any] | None:
+    """A health report as plain JSON values (for XCom), or None."""
+    return None if report is None else json.loads(json.dumps(report.to_dict()))
 
 
 def _count(summary: Mapping[str, str], key: str) -> int:
@@ -91,6 +103,7 @@ def committed_result(
     plan: str,
     duration_s: float,
     replayed: bool = False,
+    health: HealthReport | None = None,
 ) -> DmlResult:
     return DmlResult(
         table=table,
@@ -113,6 +126,7 @@ def committed_result(
         removed_data_files=_count(summary, SummaryKey.DELETED_DATA_FILES),
         spark_app_id=summary.get(SummaryKey.SPARK_APP_ID),
         duration_s=round(duration_s, 3),
+        health=health_payload(health),
     )
 
 
@@ -125,6 +139,7 @@ def noop_result(
     duration_s: float,
     plan: str = "noop",
     impact: dict[str, Any] | None = None,
+    health: HealthReport | None = None,
 ) -> DmlResult:
     """Nothing committed: nothing matched, or a dry run (``impact`` set)."""
     return DmlResult(
@@ -148,4 +163,5 @@ def noop_result(
         removed_data_files=0,
         spark_app_id=spark_app_id,
         duration_s=round(duration_s, 3),
+        health=health_payload(health),
     )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from airflow.sdk import Asset, AssetAlias
 
+from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.exceptions import (
     CommitNotFoundError,
     InvalidExpressionError,
@@ -31,6 +32,7 @@ from airflow_iceberg_dml.spec import (
     IsolationLevel,
     JobKind,
     JobRecord,
+    MaintenanceProcedure,
     Outcome,
     ScalarParameter,
     SummaryKey,
@@ -42,11 +44,13 @@ from airflow_iceberg_dml.sql import expression_problem, split_table_name
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
+    from airflow_iceberg_dml.health import HealthReport
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
 Config = TypeVar("Config", Guards, CommitPolicy)
@@ -80,7 +84,7 @@ def _grouped(config: type[Config], given: Config | Mapping[str, Any] | None, **s
     return config(**given) if isinstance(given, Mapping) else given
 
 
-class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult]):
+class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOperator[int | None, DmlResult]):
     """Base of :class:`IcebergDeleteOperator` and :class:`IcebergUpdateOperator`.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -137,6 +141,13 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
         nothing matched (or on a dry run) it emits none by default, so DAGs scheduled on the table do
         not run for a change that did not happen. Set True to emit one anyway, with ``noop: true``
         in its extra (DAGs scheduled on the table then run on it).
+    :param openlineage_inject_parent_job_info: Give the Spark application this task's OpenLineage
+        parent job and run (``spark.openlineage.parent*``), so that OpenLineage's Spark listener nests
+        its run under this task. Default: ``[openlineage] spark_inject_parent_job_info``. Needs the
+        OpenLineage provider; without it, nothing is added.
+    :param openlineage_inject_transport_info: Give the Spark application the OpenLineage provider's HTTP
+        transport (``spark.openlineage.transport.*``, without its credentials). Default:
+        ``[openlineage] spark_inject_transport_info``.
     """
 
     job_kind: ClassVar[JobKind]
@@ -174,6 +185,8 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
         exactly_once: bool | None = None,
         conflict_retries: int | None = None,
         asset_event_on_noop: bool = False,
+        openlineage_inject_parent_job_info: bool | None = None,
+        openlineage_inject_transport_info: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(table=table, **kwargs)
@@ -216,6 +229,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
         self.exactly_once = exactly_once
         self.conflict_retries = conflict_retries
         self.asset_event_on_noop = asset_event_on_noop
+        self.inject_openlineage(openlineage_inject_parent_job_info, openlineage_inject_transport_info)
 
     def assignments(self) -> dict[str, str]:
         """UPDATE's ``set``; empty for DELETE."""
@@ -288,6 +302,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
         head_before: int | None = None,
         duration_s: float = 0.0,
         remote_application_id: str | None = None,
+        health: HealthReport | None = None,
     ) -> DmlResult:
         """The task's result (its XCom value) from the job's record and the snapshots read back.
 
@@ -296,6 +311,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
         :param parent: Its parent snapshot, when still in the history (the rows deleted come from it).
         :param head_before: The head of the branch before the job: a no-op's ``snapshot_id``.
         :param remote_application_id: The application id of a remote driver (no record), if known.
+        :param health: The table's health after the job (metadata only), carried by the result.
         """
         branch = self.branch or "main"
         if record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN):
@@ -308,6 +324,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
                 duration_s=duration_s,
                 plan=record.plan.value if record.plan else "noop",
                 impact=dict(record.details) if dry_run else None,
+                health=health,
             )
         if snapshot is None and record is None:
             # A remote driver that succeeded without a commit: nothing matched, or a dry run.
@@ -318,6 +335,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
                 spark_app_id=remote_application_id,
                 duration_s=duration_s,
                 impact={} if self.dry_run_only else None,
+                health=health,
             )
         if snapshot is None or snapshot.summary is None:
             raise CommitNotFoundError(
@@ -341,6 +359,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
             else summary.get(SummaryKey.PLAN, ""),
             duration_s=duration_s,
             replayed=replayed,
+            health=health,
         )
 
     # -- around them: what the worker reads ----------------------------------------------------------------
@@ -348,6 +367,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
     def plan(
         self, context: Context, catalog_hook: IcebergCatalogHook, table: Table, started: float
     ) -> JobPlan[int | None] | DmlResult:
+        self._lineage_table = table
         spec = self.build_spec(context, table)
         head = catalog_hook.head_snapshot(table, spec.branch)
         head_id = head.snapshot_id if head else None
@@ -401,6 +421,7 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
             parent=_parent(table, earlier[0]),
             head_before=head_id,
             duration_s=time.monotonic() - started,
+            health=self._health_after(catalog_hook, table),
         )
 
     def collect(
@@ -435,11 +456,92 @@ class BaseIcebergDmlOperator(BaseIcebergSparkJobOperator[int | None, DmlResult])
             head_before=plan.before,
             duration_s=time.monotonic() - started,
             remote_application_id=application_id,
+            health=self._health_after(catalog_hook, table),
         )
 
+    def _health_after(self, catalog_hook: IcebergCatalogHook, table: Table) -> HealthReport | None:
+        """The table's health from its metadata (main's head), or None when it cannot be read."""
+        try:
+            return catalog_hook.health(table)
+        except Exception as error:  # noqa: BLE001 - the change stands; its health is informative only
+            self.log.warning("Could not read the health of %s after the change: %s", self.table, error)
+            return None
+
     def report(self, context: Context, result: DmlResult) -> None:
+        self._lineage_result = result
         self._emit_asset_event(context, result)
         self._log_result(result)
+        self._log_health(result)
+
+    def _log_health(self, result: DmlResult) -> None:
+        health = result["health"]
+        if health is None:
+            return
+        compaction = MaintenanceProcedure.REWRITE_DATA_FILES.value
+        if compaction in health["needs"]:
+            self.log.warning(
+                "%s now needs compaction (run IcebergCompactionOperator): %s. Health checked in %.3fs.",
+                self.table,
+                "; ".join(health["reasons"].get(compaction, [])),
+                health["check_duration_s"],
+            )
+            return
+        self.log.info(
+            "Health of %s after the change (checked in %.3fs): %d data files, %d delete files, %.1f%% of "
+            "rows deleted; no compaction needed.",
+            self.table,
+            health["check_duration_s"],
+            health["data_files"],
+            health["delete_files"],
+            100 * health["deleted_ratio"],
+        )
+
+    # -- OpenLineage (called by the OpenLineage provider when it is installed) ---------------------------
+
+    def _lineage_assignments(self) -> dict[str, str]:
+        try:
+            return self.assignments()
+        except InvalidExpressionError:  # the task fails on it; lineage still names the table
+            return {}
+
+    def _lineage_statement(self, catalog: str) -> str:
+        return lineage.dml_statement_text(
+            catalog, self.table, str(self.where), self._lineage_assignments(), self.branch
+        )
+
+    def lineage_facets(
+        self, names: lineage.TableDatasetName, table: Table | None, result: Mapping[str, Any] | None
+    ) -> OperatorLineage[Any, Any]:
+        """The table as input and output; with the result, the exact snapshots and what the commit did."""
+        job_facets = {"sql": lineage.sql_job_facet(self._lineage_statement(names.catalog_name))}
+        if result is None:
+            head = table.current_snapshot() if table is not None else None
+            version = str(head.snapshot_id) if head is not None else None
+            inputs, outputs = lineage.table_datasets(names, table, input_version=version, output_version=None)
+            return lineage.operator_lineage(inputs, outputs, job_facets=job_facets)
+        committed = not result["noop"]
+        inputs, outputs = lineage.table_datasets(
+            names,
+            table,
+            input_version=result["parent_snapshot_id"] if committed else result["snapshot_id"],
+            output_version=result["snapshot_id"],
+            output_facets=lineage.output_statistics(
+                result["rows_inserted"], result["added_data_files"] + result["added_delete_files"]
+            ),
+            output=committed,
+        )
+        parameters = self.parameters if isinstance(self.parameters, Mapping) else {}
+        commit = lineage.IcebergDmlCommitRunFacet(
+            **lineage.dml_commit_fields(
+                result,
+                kind=self.job_kind.value,
+                where=str(self.where),
+                assignments=self._lineage_assignments(),
+                parameter_names=[str(name) for name in parameters],
+            )
+        )
+        run_facets = {"icebergDmlCommit": commit, **lineage.spark_application_facet(result["spark_app_id"])}
+        return lineage.operator_lineage(inputs, outputs, run_facets, job_facets)
 
     def _emit_asset_event(self, context: Context, result: DmlResult) -> None:
         if result["noop"] and not self.asset_event_on_noop:

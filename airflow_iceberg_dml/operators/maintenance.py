@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
-from airflow_iceberg_dml import procedures
+from airflow_iceberg_dml import lineage, procedures
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention, table_health
 from airflow_iceberg_dml.operators.spark_job import (
     BaseIcebergSparkJobOperator,
@@ -35,6 +35,7 @@ from airflow_iceberg_dml.spec import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
     from pyiceberg.table import Table
 
@@ -82,7 +83,9 @@ class HealthBefore:
     now: datetime
 
 
-class BaseIcebergMaintenanceOperator(BaseIcebergSparkJobOperator[HealthBefore, MaintenanceResult]):
+class BaseIcebergMaintenanceOperator(
+    lineage.IcebergLineageMixin, BaseIcebergSparkJobOperator[HealthBefore, MaintenanceResult]
+):
     """Health check, then the Iceberg procedures through spark-submit when the table needs them.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -97,6 +100,11 @@ class BaseIcebergMaintenanceOperator(BaseIcebergSparkJobOperator[HealthBefore, M
         the same machine whose earlier try's worker died while its spark-submit went on waits for
         that job (and removes its private folder) before checking the table's health again, instead
         of running the procedures a second time alongside it.
+    :param openlineage_inject_parent_job_info: Give the Spark application this task's OpenLineage
+        parent job and run (``spark.openlineage.parent*``). Default: ``[openlineage]
+        spark_inject_parent_job_info``. Needs the OpenLineage provider; without it, nothing is added.
+    :param openlineage_inject_transport_info: Give the Spark application the OpenLineage provider's HTTP
+        transport, without its credentials. Default: ``[openlineage] spark_inject_transport_info``.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -112,10 +120,13 @@ class BaseIcebergMaintenanceOperator(BaseIcebergSparkJobOperator[HealthBefore, M
         *,
         table: str,
         health_thresholds: HealthThresholds | Mapping[str, Any] | None = None,
+        openlineage_inject_parent_job_info: bool | None = None,
+        openlineage_inject_transport_info: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(table=table, **kwargs)
         self.health_thresholds = health_thresholds
+        self.inject_openlineage(openlineage_inject_parent_job_info, openlineage_inject_transport_info)
 
     # -- what subclasses decide ---------------------------------------------------------------
 
@@ -209,6 +220,7 @@ class BaseIcebergMaintenanceOperator(BaseIcebergSparkJobOperator[HealthBefore, M
     def plan(
         self, context: Context, catalog_hook: IcebergCatalogHook, table: Table, started: float
     ) -> JobPlan[HealthBefore] | MaintenanceResult:
+        self._lineage_table = table
         now = datetime.now(tz=UTC)
         thresholds = HealthThresholds.from_value(self.health_thresholds)
         health = catalog_hook.health(table, thresholds, retention=self.retention(now))
@@ -284,6 +296,29 @@ class BaseIcebergMaintenanceOperator(BaseIcebergSparkJobOperator[HealthBefore, M
             health_after.describe(),
         )
         return result
+
+    def report(self, context: Context, result: MaintenanceResult) -> None:
+        self._lineage_result = result
+
+    def lineage_facets(
+        self, names: lineage.TableDatasetName, table: Table | None, result: Mapping[str, Any] | None
+    ) -> OperatorLineage[Any, Any]:
+        """The table as input and output; with the result, the procedures and the health before and after."""
+        if result is None:
+            return super().lineage_facets(names, table, result)
+        before = result["health_before"]["snapshot_id"]
+        inputs, outputs = lineage.table_datasets(
+            names,
+            table,
+            input_version=before,
+            output_version=result["snapshot_id"],
+            output=bool(result["committed_snapshot_ids"]),
+        )
+        run_facets = {
+            "icebergMaintenance": lineage.IcebergMaintenanceRunFacet(**lineage.maintenance_fields(result)),
+            **lineage.spark_application_facet(result["spark_app_id"]),
+        }
+        return lineage.operator_lineage(inputs, outputs, run_facets)
 
 
 def _brief(output: Mapping[str, Any]) -> str:

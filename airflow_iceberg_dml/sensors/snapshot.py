@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogUnavailableError,
@@ -28,13 +29,15 @@ from airflow_iceberg_dml.triggers.snapshot import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
+    from pyiceberg.table import Table
 
     from airflow_iceberg_dml.hooks.snapshot_watch import SnapshotWatcher
     from airflow_iceberg_dml.spec import RunKey
 
 
-class IcebergSnapshotSensor(BaseSensorOperator):
+class IcebergSnapshotSensor(lineage.IcebergLineageMixin, BaseSensorOperator):
     """Wait until commits matching every given condition are on a branch or tag of an Iceberg table.
 
     Commits already in the history count: a sensor that starts after the commit it waits for succeeds at
@@ -89,6 +92,8 @@ class IcebergSnapshotSensor(BaseSensorOperator):
         "count",
     )
     ui_color = "#b8e0f0"
+    #: Lineage: the table is this task's input (at the matched snapshot), never its output.
+    lineage_writes = False
 
     def __init__(
         self,
@@ -232,7 +237,19 @@ class IcebergSnapshotSensor(BaseSensorOperator):
             raise AirflowFailException(message)
         raise AirflowException(message)
 
+    def lineage_facets(
+        self, names: lineage.TableDatasetName, table: Table | None, result: Mapping[str, Any] | None
+    ) -> OperatorLineage[Any, Any]:
+        """The table as input, at the newest matched snapshot once the sensor has matched."""
+        if result is None:
+            return super().lineage_facets(names, table, result)
+        inputs, _ = lineage.table_datasets(
+            names, table, input_version=result["snapshot_id"], output_version=None, output=False
+        )
+        return lineage.operator_lineage(inputs, [])
+
     def _log_match(self, match: SnapshotMatch) -> None:
+        self._lineage_result = match
         self.log.info(
             "Matched %d commit(s) on %s (%s); newest: snapshot %s (%s, sequence number %s, committed %s).",
             len(match["snapshots"]),
