@@ -11,8 +11,13 @@ A commit is ours when its summary carries every mark asked for:
 
 - the run key (``airflow.dag-id``, ``airflow.task-id``, ``airflow.run-id``, ``airflow.map-index``):
   every commit this package makes through a row-level write, a rewrite or a truncate;
-- the Spark application id (``spark.app.id``): every commit Spark makes, including a metadata-only
-  delete that Spark plans by itself and that carries no custom property;
+- the Spark application id (``spark.app.id`` from Spark's writes, ``app-id`` from Iceberg on every
+  commit): every commit Spark makes, including a metadata-only delete that Spark plans by itself
+  and that carries no custom property;
+- the job id (``airflow-iceberg-dml.job-id``): every commit one job run tagged, whichever the engine
+  (on a Spark Connect server, one application id is shared by the jobs of every task);
+- no job id at all (``untagged``): with the application id, a commit Spark made for a job without
+  any property of ours (a metadata-only delete, a ``CALL`` procedure over Spark Connect);
 - the maintenance procedure key (``airflow-iceberg-dml.procedure``): commits of the maintenance job.
 """
 
@@ -35,17 +40,28 @@ class CommitMarks:
 
     run_key: RunKey | None = None
     spark_app_id: str | None = None
+    job_id: str | None = None
+    untagged: bool = False
     maintenance: bool = False
 
     def __post_init__(self) -> None:
-        if self.run_key is None and self.spark_app_id is None:
-            raise ValueError("CommitMarks needs a run key or a Spark application id: nothing else is ours.")
+        if self.run_key is None and self.spark_app_id is None and self.job_id is None:
+            raise ValueError(
+                "CommitMarks needs a run key, a job id or a Spark application id: nothing else is ours."
+            )
 
     def carried_by(self, summary: Mapping[str, str]) -> bool:
         """Whether a snapshot with this summary is one of ours."""
         if self.run_key is not None and not self.run_key.matches(summary):
             return False
-        if self.spark_app_id is not None and summary.get(SummaryKey.SPARK_APP_ID) != self.spark_app_id:
+        if self.spark_app_id is not None and self.spark_app_id not in (
+            summary.get(SummaryKey.SPARK_APP_ID),
+            summary.get(SummaryKey.APP_ID),
+        ):
+            return False
+        if self.job_id is not None and summary.get(SummaryKey.JOB_ID) != self.job_id:
+            return False
+        if self.untagged and SummaryKey.JOB_ID in summary:
             return False
         return not self.maintenance or bool(summary.get(MAINTENANCE_PROCEDURE_KEY))
 

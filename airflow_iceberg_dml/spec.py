@@ -82,9 +82,13 @@ class SummaryKey:
     TRY_NUMBER = "airflow.try-number"
     PACKAGE_VERSION = "airflow-iceberg-dml.version"
     PLAN = "airflow-iceberg-dml.plan"
+    #: One job's own mark: a Spark Connect server's application runs the jobs of many tasks.
+    JOB_ID = "airflow-iceberg-dml.job-id"
 
     # Written by Iceberg and Spark.
     SPARK_APP_ID = "spark.app.id"
+    #: Iceberg's own record of the engine's application, on every commit (a ``CALL`` procedure's too).
+    APP_ID = "app-id"
     ADDED_DATA_FILES = "added-data-files"
     DELETED_DATA_FILES = "deleted-data-files"
     ADDED_DELETE_FILES = "added-delete-files"

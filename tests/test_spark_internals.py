@@ -7,7 +7,6 @@ same; these tests fail when a Spark or Iceberg upgrade moves one, before a user'
 from __future__ import annotations
 
 import pytest
-from pyspark.sql import functions
 
 from airflow_iceberg_dml.exceptions import TableNotFoundError
 from airflow_iceberg_dml.jobs import spark_internals
@@ -18,15 +17,6 @@ from tests.conftest import CATALOG, create_orders_table, new_table_name
 @pytest.fixture(scope="module")
 def orders(spark) -> str:
     return create_orders_table(spark, new_table_name("internals"), rows=60)
-
-
-@pytest.mark.parametrize(
-    ("predicate", "deterministic"),
-    [("order_id > 10", True), ("rand() > 0.5", False), ("uuid() IS NOT NULL", False)],
-)
-def test_determinism_is_read_from_the_analysed_plan(spark, orders, predicate, deterministic):
-    frame = spark.table(f"{CATALOG}.{orders}").where(functions.expr(predicate))
-    assert spark_internals.is_deterministic(frame) is deterministic
 
 
 def test_the_java_table_loads_and_a_missing_one_is_named(spark, orders):

@@ -1,15 +1,18 @@
-"""PySpark entrypoint for DELETE and UPDATE: ``spark-submit dml.py <spec.json>``.
+"""DELETE and UPDATE: ``spark-submit dml.py <spec.json>``, or :func:`run_spec` on a Spark Connect session.
 
 The catalog configuration reaches Spark through the properties file that the hook passes to
-spark-submit; this job only reads the spec. It validates everything it can before writing,
-commits at most once, and writes a :class:`~airflow_iceberg_dml.spec.JobRecord` for Airflow.
+spark-submit, or through the Connect session's own settings; this job only reads the spec. It
+validates everything it can before writing, commits at most once, and returns a
+:class:`~airflow_iceberg_dml.spec.JobRecord` for Airflow.
 """
 
 from __future__ import annotations
 
 import hashlib
 import sys
+import uuid
 from contextlib import contextmanager
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
@@ -26,13 +29,13 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
     WriteModeConflictError,
 )
-from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     commit_conflict,
     error_condition,
     error_message,
     error_parameters,
+    functions,
     is_input_error,
     log,
     run_job,
@@ -82,6 +85,9 @@ class DmlJob:
         self.spark = spark
         self.spec = spec
         self.app_id = application_id(spark)
+        #: Marks this job's commits: one Spark application (a Connect server) runs many jobs.
+        self.job_id = uuid.uuid4().hex
+        self.functions = functions(spark)
         self.state = TableState(spark, spec.catalog, spec.table)
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
@@ -388,10 +394,9 @@ class DmlJob:
     def _parse(self, text: str, error: type[IcebergDmlError], what: str) -> None:
         """Spark's own expression parser: exactly one expression, nothing after it (no second statement)."""
         from pyspark.errors import ParseException
-        from pyspark.sql import functions
 
         try:
-            functions.expr(text)  # classic Spark parses here; Spark Connect when _analyse resolves it
+            self.functions.expr(text)  # classic Spark parses here; Spark Connect when _analyse resolves it
         except ParseException as parse_error:
             raise error(f"{what} is not a valid Spark SQL expression: {error_message(parse_error)}") from None
 
@@ -399,31 +404,44 @@ class DmlJob:
         """The rows the change selects (and, for ``set``, what it writes), resolved by Spark's analyser
         against the table exactly as the change will be; each text parsed as one expression."""
         from pyspark.errors import AnalysisException
-        from pyspark.sql import functions
 
         in_set = bool(assignments)
         where = "set expressions" if in_set else f"where={self.spec.where!r}"
+        error_class = InvalidExpressionError if in_set else InvalidPredicateError
+        expressions = [self.where, *(assignments or {}).values()]
         try:
-            frame = self.spark.table(self.target).where(functions.expr(self.where))
+            frame = self.spark.table(self.target).where(self.functions.expr(self.where))
             if assignments:
                 frame = frame.select(
-                    *[functions.expr(expression).alias(column) for column, expression in assignments.items()]
+                    *[self.functions.expr(text).alias(column) for column, text in assignments.items()]
                 )
             frame.schema  # noqa: B018 - Spark Connect analyses a plan only when asked for its schema
+            self._deterministic_only(expressions).schema  # noqa: B018 - analysed, never run
         except AnalysisException as error:
             condition = error_condition(error)
             if condition.startswith("UNRESOLVED_COLUMN"):
-                raise UnknownColumnError(f"{where}: unknown column. {error}") from None
+                raise UnknownColumnError(f"{where}: unknown column. {error_message(error)}") from None
             if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
-                raise TableNotFoundError(f"Table {self.spec.table!r} does not exist: {error}") from None
-            if in_set:
-                raise InvalidExpressionError(f"{where}: {error}") from None
-            raise InvalidPredicateError(f"{where}: {error}") from None
-        if not spark_internals.is_deterministic(frame):
-            # A retried or re-planned change must select and produce the same rows every time.
-            error_class = InvalidExpressionError if in_set else InvalidPredicateError
-            raise error_class(f"{where}: non-deterministic functions (rand(), uuid(), ...) are not allowed.")
+                raise TableNotFoundError(
+                    f"Table {self.spec.table!r} does not exist: {error_message(error)}"
+                ) from None
+            if condition.startswith("INVALID_NON_DETERMINISTIC_EXPRESSIONS"):
+                # A retried or re-planned change must select and produce the same rows every time.
+                raise error_class(
+                    f"{where}: non-deterministic functions (rand(), uuid(), ...) are not allowed."
+                ) from None
+            raise error_class(f"{where}: {error_message(error)}") from None
         return frame
+
+    def _deterministic_only(self, expressions: list[str]) -> DataFrame:
+        """A plan that Spark's analyser refuses when one of ``expressions`` is not deterministic.
+
+        PySpark has no public way to ask whether an expression is deterministic; a join condition is
+        where the analyser insists on it (``INVALID_NON_DETERMINISTIC_EXPRESSIONS``), on either engine.
+        """
+        probe = self.spark.sql("SELECT 1 AS __iceberg_dml_probe")
+        condition = reduce(lambda a, b: a & b, [self.functions.expr(text).isNull() for text in expressions])
+        return self.spark.table(self.target).join(probe, condition)
 
     @contextmanager
     def _naming_input_errors(self) -> Iterator[None]:
@@ -523,7 +541,7 @@ class DmlJob:
     # -- writing ---------------------------------------------------------------------------------
 
     def _commit_properties(self, plan: Plan) -> dict[str, str]:
-        return {**self.spec.snapshot_properties, SummaryKey.PLAN: plan.value}
+        return {**self.spec.snapshot_properties, SummaryKey.PLAN: plan.value, SummaryKey.JOB_ID: self.job_id}
 
     def _execute(self, statement: str, plan: Plan) -> None:
         # Session-wide settings: unset afterwards so that no later commit of this session inherits them.
@@ -551,8 +569,6 @@ class DmlJob:
 
     def _overwrite_everything(self, rows: DataFrame, head_before: int, ref: str, plan: Plan) -> None:
         """Replace every file of ``ref`` by ``rows`` in one commit, validated from ``head_before``."""
-        from pyspark.sql.functions import lit
-
         isolation = self.spec.commit_policy.isolation_level or IsolationLevel.SERIALIZABLE
         writer = (
             rows.writeTo(self._target(ref))
@@ -561,13 +577,16 @@ class DmlJob:
         )
         for key, value in self._commit_properties(plan).items():
             writer = writer.option(f"snapshot-property.{key}", value)
-        writer.overwrite(lit(True))
+        writer.overwrite(self.functions.lit(True))
 
     def _find_commit(self, head_before: int, ref: str) -> int | None:
-        """The snapshot this application committed on ``ref`` since ``head_before``, if any."""
+        """The snapshot this job committed on ``ref`` since ``head_before``, if any: the one carrying its
+        job id, else (a metadata-only delete that Spark planned by itself carries no property of ours)
+        one that its Spark application committed with no job id."""
         self.state.refresh()
-        found = self.state.history().ours(
-            self.state.head(ref), CommitMarks(spark_app_id=self.app_id), stop_at=head_before
+        history, head = self.state.history(), self.state.head(ref)
+        found = history.ours(head, CommitMarks(job_id=self.job_id), stop_at=head_before) or history.ours(
+            head, CommitMarks(spark_app_id=self.app_id, untagged=True), stop_at=head_before
         )
         return found[0] if found else None
 

@@ -1,4 +1,4 @@
-"""PySpark entrypoint for table maintenance: ``spark-submit maintenance.py <spec.json>``.
+"""Table maintenance: ``spark-submit maintenance.py <spec.json>``, or :func:`run_spec` over Spark Connect.
 
 Runs the procedures of a :class:`~airflow_iceberg_dml.spec.MaintenanceSpec` in order and writes a
 :class:`~airflow_iceberg_dml.spec.JobRecord` whose ``details`` hold each procedure's output columns
@@ -11,6 +11,10 @@ procedures ignore ``spark.sql.iceberg.snapshot-property.*``), and every commit m
 key. ``expire_snapshots`` and ``remove_orphan_files`` commit no snapshot and run as ``CALL``
 statements. Every procedure's equivalent ``CALL`` statement is logged and recorded.
 
+Over Spark Connect there is no JVM to reach: every procedure runs as its ``CALL`` statement. Those
+commits carry no property of ours, so the job names as its own the snapshots that the server's
+Spark application committed on the table while the job ran and that no job of ours tagged.
+
 A rewrite that loses to a concurrent commit (Iceberg's validation refuses to commit it, so the
 concurrent change is never lost) is planned again from the new table state, up to
 ``conflict_retries`` times, then fails with a retryable
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import procedures, sql
@@ -37,6 +42,8 @@ from airflow_iceberg_dml.jobs.runner import (
     commit_conflict,
     error_condition,
     error_message,
+    functions,
+    is_connect,
     java_causes,
     log,
     run_job,
@@ -79,6 +86,10 @@ class MaintenanceJob:
         self.target = sql.table_identifier(spec.catalog, spec.table)
         self.state = TableState(spark, spec.catalog, spec.table)
         self.conflict_retries = 0
+        #: Over Spark Connect the procedures run as CALL statements (no JVM to reach).
+        self.connect = is_connect(spark)
+        #: Marks this job's commits (the actions take it; CALL statements take none).
+        self.job_id = uuid.uuid4().hex
 
     # -- entry point -------------------------------------------------------------------------
 
@@ -89,7 +100,11 @@ class MaintenanceJob:
         for call in spec.calls:
             procedures.validate_call(call)
         self.state.refresh()
-        table = spark_internals.java_table(self.spark, self.table_name, spec.table, spec.catalog)
+        table = (
+            None
+            if self.connect
+            else spark_internals.java_table(self.spark, self.table_name, spec.table, spec.catalog)
+        )
         self._validate_against_table()
         head_before = self.state.head()
         outputs: dict[str, dict[str, Any]] = {}
@@ -151,13 +166,23 @@ class MaintenanceJob:
                 self._filter(call.where)
 
     def _filter(self, where: str) -> Any:
-        """The Iceberg expression of a Spark SQL predicate, as ``rewrite_data_files`` converts it."""
-        from py4j.protocol import Py4JJavaError
+        """The Iceberg expression of a Spark SQL predicate, as ``rewrite_data_files`` converts it.
+
+        Over Spark Connect the predicate is analysed against the table here, and converted by the
+        ``CALL`` procedure itself.
+        """
         from pyspark.errors import AnalysisException, ParseException
 
+        errors: tuple[type[Exception], ...] = (AnalysisException, ParseException)
         try:
+            if self.connect:
+                self.spark.table(self.target).where(functions(self.spark).expr(where)).schema  # noqa: B018
+                return None
+            from py4j.protocol import Py4JJavaError
+
+            errors = (*errors, Py4JJavaError)
             return spark_internals.iceberg_filter(self.spark, self.target, where)
-        except (AnalysisException, ParseException, Py4JJavaError) as error:
+        except errors as error:
             if error_condition(error).startswith("UNRESOLVED_COLUMN"):
                 raise UnknownColumnError(f"where={where!r}: unknown column. {error_message(error)}") from None
             raise InvalidPredicateError(
@@ -168,16 +193,18 @@ class MaintenanceJob:
     # -- procedures --------------------------------------------------------------------------------
 
     def _run_call(self, call: ProcedureCall, table: Any) -> dict[str, Any]:
+        if self.connect and isinstance(
+            call, RewriteDataFilesCall | RewritePositionDeleteFilesCall | RewriteManifestsCall
+        ):
+            if isinstance(call, RewritePositionDeleteFilesCall) and self._no_position_deletes(call):
+                return {"skipped": "no position delete file remains"}
+            return self._with_conflict_retries(call.procedure.value, None, lambda: self._call_rewrite(call))
         if isinstance(call, RewriteDataFilesCall):
             return self._with_conflict_retries(
                 call.procedure.value, table, lambda: self._rewrite_data(call, table)
             )
         if isinstance(call, RewritePositionDeleteFilesCall):
-            self.state.refresh()
-            head = self.state.history().get(self.state.head())
-            summary = head.summary if head is not None else {}
-            if call.only_if_delete_files_remain and int(summary.get("total-position-deletes") or 0) == 0:
-                log("rewrite_position_delete_files: no position delete file remains; skipped.")
+            if self._no_position_deletes(call):
                 return {"skipped": "no position delete file remains"}
             return self._with_conflict_retries(
                 call.procedure.value, table, lambda: self._rewrite_position_deletes(call, table)
@@ -197,14 +224,32 @@ class MaintenanceJob:
             "dry_run": call.dry_run,
         }
 
-    def _call(self, call: ExpireSnapshotsCall | RemoveOrphanFilesCall) -> Any:
+    def _no_position_deletes(self, call: RewritePositionDeleteFilesCall) -> bool:
+        """Whether ``call`` asks to be skipped and no position delete file remains."""
+        if not call.only_if_delete_files_remain:
+            return False
+        self.state.refresh()
+        head = self.state.history().get(self.state.head())
+        summary = head.summary if head is not None else {}
+        if int(summary.get("total-position-deletes") or 0) == 0:
+            log("rewrite_position_delete_files: no position delete file remains; skipped.")
+            return True
+        return False
+
+    def _call(self, call: ProcedureCall) -> Any:
         return self.spark.sql(procedures.call_statement(self.spec.catalog, self.spec.table, call))
+
+    def _call_rewrite(self, call: ProcedureCall) -> dict[str, Any]:
+        """A rewrite as its ``CALL`` statement (Spark Connect): the procedure's one row of counts."""
+        row = self._call(call).collect()[0]
+        return {key: int(value) for key, value in row.asDict().items()}
 
     def _commit_properties(self, call: ProcedureCall) -> dict[str, str]:
         return {
             **self.spec.snapshot_properties,
             MAINTENANCE_PROCEDURE_KEY: call.procedure.value,
             SummaryKey.SPARK_APP_ID: self.app_id,
+            SummaryKey.JOB_ID: self.job_id,
         }
 
     def _tagged(self, action: Any, call: ProcedureCall) -> Any:
@@ -272,7 +317,8 @@ class MaintenanceJob:
         retries = self.spec.conflict_retries
         totals: dict[str, Any] = {}
         for number in range(retries + 1):
-            table.refresh()  # the Java table the action plans from: see the new head
+            if table is not None:
+                table.refresh()  # the Java table the action plans from: see the new head
             try:
                 output = attempt()
             except Exception as error:
@@ -313,9 +359,13 @@ class MaintenanceJob:
     # -- commits ---------------------------------------------------------------------------------------
 
     def _find_commits(self, head_before: int | None) -> list[int]:
-        """Snapshots this application committed since ``head_before``, newest first."""
+        """Snapshots this job committed since ``head_before``, newest first: tagged with its job id, or
+        over Spark Connect, committed by the server's application with no job id (see the module)."""
         self.state.refresh()
-        marks = CommitMarks(spark_app_id=self.app_id, maintenance=True)
+        if self.connect:
+            marks = CommitMarks(spark_app_id=self.app_id, untagged=True)
+        else:
+            marks = CommitMarks(job_id=self.job_id, maintenance=True)
         return self.state.history().ours(self.state.head(), marks, stop_at=head_before)
 
 

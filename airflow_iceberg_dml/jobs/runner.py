@@ -1,27 +1,33 @@
-"""What every PySpark entrypoint of this package shares: its log lines, progress, record and ``main``.
+"""What every job of this package shares, on either engine: its log lines, progress, record and ``main``.
 
-A job prints its own lines with :func:`log` (the Airflow hook shows them at INFO and the JVM's at
-DEBUG), runs under :func:`run_job`, which turns any failure into a FAILED
-:class:`~airflow_iceberg_dml.spec.JobRecord` naming the error class, and leaves that record where
-the spec says (``result_path``) for the hook to read back.
+A job runs on a classic Spark driver (``spark-submit <job>.py <spec.json>``: :func:`run_main`) or
+as a Spark Connect client inside the Airflow worker (the Connect hook calls the job's ``run_spec``).
+Either way it writes its own lines with :func:`log` (printed for spark-submit, whose hook shows
+them at INFO; handed to the task's logger over Connect: :func:`log_to`), runs under
+:func:`run_job`, which turns any failure into a FAILED :class:`~airflow_iceberg_dml.spec.JobRecord`
+naming the error class, and returns that record (spark-submit leaves it at ``result_path``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 import time
 import traceback
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError
 from airflow_iceberg_dml.spec import LOG_PREFIX, JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator, Sequence
+    from types import ModuleType
 
     from pyspark.sql import SparkSession
 
@@ -29,41 +35,129 @@ if TYPE_CHECKING:
 Spec = TypeVar("Spec", bound=JobSpec)
 
 
+def _print_line(line: str) -> None:
+    print(LOG_PREFIX + line, flush=True)
+
+
+_log_sink: ContextVar[Callable[[str], None]] = ContextVar("iceberg_dml_job_log", default=_print_line)
+
+
 def log(message: str) -> None:
-    print("\n".join(LOG_PREFIX + line for line in message.splitlines()), flush=True)
+    """One of the job's own lines (its statement, progress, commit) for the task log."""
+    sink = _log_sink.get()
+    for line in message.splitlines():
+        sink(line)
+
+
+@contextmanager
+def log_to(sink: Callable[[str], None]) -> Iterator[None]:
+    """Send the job's lines to ``sink`` (a logger's ``info``) instead of standard output."""
+    token = _log_sink.set(sink)
+    try:
+        yield
+    finally:
+        _log_sink.reset(token)
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client of a remote server), not a classic driver."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return isinstance(spark, ConnectSession)
+
+
+def functions(spark: SparkSession) -> ModuleType:
+    """PySpark's ``functions`` for ``spark``'s kind of session.
+
+    ``pyspark.sql.functions`` picks its implementation from a process-wide environment variable that
+    a Connect session sets; a worker that ran a Connect job must not switch every later classic
+    session of its process, so the jobs ask for the module that matches their own session.
+    """
+    if is_connect(spark):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions as classic_functions
+
+    return classic_functions
 
 
 class ProgressReporter(threading.Thread):
-    """Prints the progress of active Spark stages every few seconds, only when it changed."""
+    """Logs the progress of active Spark stages every few seconds, only when it changed.
+
+    A classic driver asks its status tracker; a Spark Connect session is told by the server
+    (``registerProgressHandler``) and this thread only paces the lines.
+    """
 
     def __init__(self, spark: SparkSession, interval_s: float = 5.0) -> None:
         super().__init__(name="iceberg-dml-progress", daemon=True)
-        self._tracker = spark.sparkContext.statusTracker()
+        self._spark = spark
         self._interval_s = interval_s
         self._stopped = threading.Event()
         self._last: dict[int, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        #: Stage id -> (completed tasks, tasks, name), as last told by the Connect server.
+        self._reported: dict[int, tuple[int, int, str]] = {}
+        self._connect = is_connect(spark)
+        self._sink = _log_sink.get()  # this thread runs outside the job's context
+        if self._connect:
+            spark.registerProgressHandler(self._on_progress)
+
+    def _on_progress(
+        self, stages: Sequence[Any], inflight_tasks: int, operation_id: str | None, done: bool
+    ) -> None:
+        with self._lock:
+            if done:
+                self._reported.clear()
+                return
+            for stage in stages:
+                if not stage.done:
+                    self._reported[stage.stage_id] = (stage.num_completed_tasks, stage.num_tasks, "")
+
+    def _active(self) -> list[tuple[int, int, int, str]]:
+        if self._connect:
+            with self._lock:
+                return [(sid, done, total, name) for sid, (done, total, name) in self._reported.items()]
+        tracker = self._spark.sparkContext.statusTracker()
+        active = []
+        for stage_id in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage_id)
+            if info is not None:
+                active.append((stage_id, info.numCompletedTasks, info.numTasks, f" ({info.name})"))
+        return active
 
     def run(self) -> None:
         while not self._stopped.wait(self._interval_s):
-            for stage_id in self._tracker.getActiveStageIds():
-                info = self._tracker.getStageInfo(stage_id)
-                if info is None:
-                    continue
-                state = (info.numCompletedTasks, info.numTasks)
-                if self._last.get(stage_id) != state:
-                    self._last[stage_id] = state
-                    log(f"progress: stage {stage_id} {state[0]}/{state[1]} tasks ({info.name})")
+            for stage_id, completed, total, name in self._active():
+                if self._last.get(stage_id) != (completed, total):
+                    self._last[stage_id] = (completed, total)
+                    self._sink(f"progress: stage {stage_id} {completed}/{total} tasks{name}")
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._connect:
+            self._spark.removeProgressHandler(self._on_progress)
+
+
+#: A Spark Connect error's message starts with the server-side class: ``(org.apache...Exception) ...``.
+_CONNECT_CLASS_PREFIX = re.compile(r"^\(([\w.$]+)\) ")
+_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+)(?::\s?(.*))?$")
 
 
 def error_message(error: BaseException) -> str:
-    """The error's own message, without the Java stack trace py4j appends."""
+    """The error's own message, without the Java stack trace py4j or Spark Connect appends."""
     java_exception = getattr(error, "java_exception", None)
     if java_exception is not None and not hasattr(error, "getCondition"):
         return str(java_exception.getMessage())
-    return str(error).strip()
+    get_message = getattr(error, "getMessage", None)
+    message = str(get_message() if callable(get_message) and _connect_error(error) else error)
+    return _CONNECT_CLASS_PREFIX.sub("", message.split("\n\nJVM stacktrace:", 1)[0]).strip()
+
+
+def _connect_error(error: BaseException) -> bool:
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    return isinstance(error, SparkConnectGrpcException)
 
 
 def error_condition(error: BaseException) -> str:
@@ -102,13 +196,33 @@ def is_input_error(error: BaseException) -> bool:
 
 
 def java_causes(error: BaseException) -> list[tuple[str, str]]:
-    """(class name, message) of the Java exception behind ``error`` and its causes, outermost first."""
+    """(class name, message) of the Java exception behind ``error`` and its causes, outermost first.
+
+    A classic driver hands over the Java exception itself (py4j's errors as ``java_exception``,
+    PySpark's captured SQL errors as ``_origin``); Spark Connect sends its class in the message and
+    its causes in the server's stack trace (``getStackTrace``: ``Caused by: <class>: <message>``).
+    """
+    if _connect_error(error):
+        return _connect_causes(error)
     causes: list[tuple[str, str]] = []
-    # py4j's errors carry it as java_exception; PySpark's captured SQL errors as _origin.
     java_exception = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
     while java_exception is not None and len(causes) < 20:
         causes.append((str(java_exception.getClass().getName()), str(java_exception.getMessage())))
         java_exception = java_exception.getCause()
+    return causes
+
+
+def _connect_causes(error: Any) -> list[tuple[str, str]]:
+    message = str(error.getMessage())
+    outermost = _CONNECT_CLASS_PREFIX.match(message)
+    trace = str(error.getStackTrace() or "")
+    first_line = trace.splitlines()[0].strip() if trace.strip() else ""
+    class_name = outermost.group(1) if outermost else first_line.split(":", 1)[0]
+    causes = [(class_name, error_message(error))] if class_name else []
+    for line in trace.splitlines():
+        caused_by = _CAUSED_BY.match(line.strip())
+        if caused_by:
+            causes.append((caused_by.group(1), caused_by.group(2) or ""))
     return causes
 
 

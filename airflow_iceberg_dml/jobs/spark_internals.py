@@ -1,7 +1,8 @@
 """The jobs' only calls into Spark's JVM, each with the reason no public PySpark API does it.
 
 Everything else in ``jobs/`` uses public PySpark (DataFrame, SQL, catalog), so that the same job
-code runs in a classic driver and over Spark Connect. The calls here need a classic driver (py4j);
+code runs in a classic driver and over Spark Connect. The calls here need a classic driver (py4j),
+and only the maintenance job's rewrites use them (over Spark Connect it runs ``CALL`` statements);
 ``tests/test_spark_internals.py`` exercises every one of them, so that a Spark or Iceberg upgrade
 that moves one fails a test, not a user's task.
 """
@@ -15,7 +16,7 @@ from airflow_iceberg_dml.exceptions import TableNotFoundError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.procedures import SortField
 
@@ -31,14 +32,6 @@ def jvm(spark: SparkSession) -> Any:
     if gateway_view is None:
         raise RuntimeError("This step needs a classic Spark driver (py4j), not a Spark Connect session.")
     return gateway_view
-
-
-def is_deterministic(frame: DataFrame) -> bool:
-    """Spark's own flag on the analysed plan (``rand()``, ``uuid()`` ... are not deterministic).
-
-    Why internal: PySpark has no public way to ask whether an expression is deterministic.
-    """
-    return bool(frame._jdf.queryExecution().analyzed().deterministic())
 
 
 def java_table(spark: SparkSession, table_name: str, table: str, catalog: str) -> Any:
