@@ -14,7 +14,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
 
-.PHONY: demo test lint bench install jars clean
+.PHONY: demo test lint bench install jars clean engine engine-status engine-stop
 
 install: $(INSTALLED)
 
@@ -35,8 +35,19 @@ $(AIRFLOW_HOME)/.migrated: $(INSTALLED)
 	$(BIN)/airflow db migrate > $(AIRFLOW_HOME)/migrate.log 2>&1 || (tail -20 $(AIRFLOW_HOME)/migrate.log; exit 1)
 	touch $@
 
+# The quickstart twice: a Spark application per task, then the same tasks over the warm engine.
 demo: $(JARS_READY) $(AIRFLOW_HOME)/.migrated
-	$(BIN)/python dags/iceberg_dml_quickstart.py
+	$(BIN)/python dags/iceberg_dml_quickstart.py --compare-engines
+
+# The local warm engine: a Spark Connect server with the jars and the embedded catalog, on loopback.
+engine: $(JARS_READY)
+	$(BIN)/python -m airflow_iceberg_dml.engine start
+
+engine-status: $(INSTALLED)
+	$(BIN)/python -m airflow_iceberg_dml.engine status
+
+engine-stop: $(INSTALLED)
+	$(BIN)/python -m airflow_iceberg_dml.engine stop
 
 test: $(JARS_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -87,6 +87,17 @@ class SparkJobError(IcebergDmlError):
     retryable = True
 
 
+class SparkConnectUnavailableError(IcebergDmlError):
+    """The Spark Connect server could not be reached (down, restarting, wrong host or port)."""
+
+    retryable = True
+
+
+class SparkConnectServerError(IcebergDmlError):
+    """The Spark Connect server cannot run the job as configured: no Iceberg runtime, a Spark version
+    the client does not match, or a setting a session may not change."""
+
+
 class CommitNotFoundError(IcebergDmlError):
     """The job reported success but its commit cannot be found in the table history."""
 

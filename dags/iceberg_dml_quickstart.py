@@ -14,8 +14,11 @@
    (merge-on-read makes writes cheap and reads pay until compaction).
 5. ``summary_before`` / ``summary_after`` log rows per partition, delete files and snapshots.
 
-Run it with ``make demo`` (embedded catalog, Spark ``local[*]``), or from the Airflow UI.
-Against another catalog or cluster, set the ``iceberg_default`` and ``spark_default`` connections.
+Run it with ``make demo`` (embedded catalog): it runs the DAG twice, first with a Spark application
+per task (spark-submit, ``local[*]``), then over the local warm engine (a Spark Connect server), and
+prints each Spark task's time on both. ``python dags/iceberg_dml_quickstart.py`` runs it once on
+whatever ``spark_default`` names, as does the Airflow UI. Against another catalog or cluster, set
+the ``iceberg_default`` and ``spark_default`` connections.
 """
 
 from __future__ import annotations
@@ -155,7 +158,60 @@ with DAG(
     created >> before >> erase >> fulfil >> compact >> after
 
 
-if __name__ == "__main__":
+SPARK_TASKS = ("erase_customers", "fulfil_pending_orders", "compact")
+
+
+def _seconds(run: Any) -> dict[str, float]:
+    """Each Spark task's duration in a finished run, and the run's own."""
+    times = {
+        ti.task_id: (ti.end_date - ti.start_date).total_seconds()
+        for ti in run.get_task_instances()
+        if ti.task_id in SPARK_TASKS and ti.start_date and ti.end_date
+    }
+    times["whole DAG run"] = (run.end_date - run.start_date).total_seconds()
+    return times
+
+
+def _run_once() -> dict[str, float]:
     run = dag.test()
     if run.state != "success":
         raise SystemExit(f"The quickstart DAG run ended {run.state}.")
+    return _seconds(run)
+
+
+def compare_engines() -> None:
+    """Run the quickstart through spark-submit, then over the local warm engine, and print both."""
+    import os
+
+    from airflow_iceberg_dml import engine
+
+    os.environ.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
+    print("\n=== 1/2: spark_default is a local spark-submit (a Spark application per task) ===\n")
+    submitted = _run_once()
+    state = engine.read_state(engine.engine_dir())
+    started_here = state is None or not engine.is_alive(state.pid)
+    if started_here:
+        print("\nStarting the local Spark Connect engine (python -m airflow_iceberg_dml.engine start) ...")
+    state = engine.start()
+    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = state.connection_uri
+    print(f"\n=== 2/2: spark_default is the warm engine at {state.url} (Spark Connect) ===\n")
+    try:
+        connected = _run_once()
+    finally:
+        if started_here:
+            engine.stop()
+    print("\nThe same DAG, the same changes, two engines (seconds):\n")
+    print(f"  {'task':<24}{'spark-submit':>14}{'Spark Connect':>15}")
+    for task_id in (*SPARK_TASKS, "whole DAG run"):
+        print(f"  {task_id:<24}{submitted[task_id]:>14.1f}{connected[task_id]:>15.1f}")
+    print(
+        "\nKeep the engine running between runs with `make engine` (stop it with `make engine-stop`),\n"
+        "and point spark_default at it: export AIRFLOW_CONN_SPARK_DEFAULT='spark-connect://127.0.0.1:15002'"
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--compare-engines"]:
+        compare_engines()
+    else:
+        _run_once()

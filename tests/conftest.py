@@ -184,3 +184,12 @@ def xcom_result(dag_run: DagRun, task_id: str, map_index: int = -1) -> Any:
             .one()
         )
         return row.value
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on, on loopback."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

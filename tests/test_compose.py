@@ -718,6 +718,14 @@ def _delete(path: str) -> Callable[[Stack], None]:
     return mutate
 
 
+def _delete_all(*paths: str) -> Callable[[Stack], None]:
+    def mutate(stack: Stack) -> None:
+        for path in paths:
+            _delete(path)(stack)
+
+    return mutate
+
+
 def _replace_in_dockerfile(dockerfile: str, pattern: str, new: str) -> Callable[[Stack], None]:
     def mutate(stack: Stack) -> None:
         text, count = re.subn(pattern, new, stack.dockerfiles[dockerfile])
@@ -866,7 +874,11 @@ BREAKAGES = [
     ),
     Breakage(
         "scheduler-does-not-wait-for-the-catalog",
-        _delete("services/airflow-scheduler/depends_on/iceberg-rest"),
+        # Directly, and through spark-connect (which waits for the catalog itself).
+        _delete_all(
+            "services/airflow-scheduler/depends_on/iceberg-rest",
+            "services/airflow-scheduler/depends_on/spark-connect",
+        ),
         _startup_check,
         "airflow-scheduler talks to iceberg-rest",
     ),

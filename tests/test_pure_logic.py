@@ -378,8 +378,8 @@ def test_committed_result_takes_numbers_from_the_summary():
 
 
 def test_private_files_are_owner_only(tmp_path):
-    from airflow_iceberg_dml.hooks.spark_submit import _write_private
+    from airflow_iceberg_dml.hooks.spark_submit import write_private
 
     path = Path(tmp_path) / "secret.properties"
-    _write_private(path, "x=1\n")
+    write_private(path, "x=1\n")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -146,7 +146,7 @@ def package_zip(folder: Path) -> Path:
     return target
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text)
@@ -352,7 +352,7 @@ class IcebergSparkSubmitHook(BaseHook):
             result_path = None if remote_driver else folder / "result.json"
             spec = replace(spec, result_path=str(result_path) if result_path else None)
             spec_path = folder / "spec.json"
-            _write_private(spec_path, spec.to_json())
+            write_private(spec_path, spec.to_json())
             properties_path = folder / "spark.properties"
             local = master is None or master.startswith("local")
             properties = spark_properties(
@@ -364,7 +364,7 @@ class IcebergSparkSubmitHook(BaseHook):
                 quiet=not self.log.isEnabledFor(logging.DEBUG),
             )
             properties.update(jars.spark_conf(properties))
-            _write_private(properties_path, properties_file_text(properties))
+            write_private(properties_path, properties_file_text(properties))
             # A remote driver gets the spec shipped with the application, by file name.
             self._submit_hook = _RoutedSparkSubmitHook(
                 default_master=None if master is not None else DEFAULT_LOCAL_MASTER,

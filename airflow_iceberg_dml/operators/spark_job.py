@@ -4,10 +4,14 @@
 
     execute
       bad input fails the task (operators/failures.py), anything retryable is raised as it is
-      re-attach: wait for the spark-submit an earlier try left running here (task state store)
+      re-attach: wait for the spark-submit an earlier try left running here, or interrupt its
+                 Spark Connect session (task state store)
       load the table (IcebergCatalogHook)
       plan(context, table)        -> the operator: a job spec (build_spec), or a result with no job
-      submit                      -> IcebergSparkSubmitHook, its process kept in the task state store
+      submit                      -> the engine the Spark connection names: IcebergSparkSubmitHook
+                                     (a Spark application per job) or IcebergSparkConnectHook (the
+                                     same job as a client of a warm Spark Connect server); its
+                                     process or session kept in the task state store
       collect(record)             -> the operator: the table's history read back, then to_result
       report(result)              -> the operator: asset event, log lines
 
@@ -23,6 +27,7 @@ Durable re-attach uses Airflow's task state store as documented (``context["task
 through the Spark provider's hook returns only when the job has ended, and a spark-submit process
 can only be waited for on its own machine: what a retry needs is that process (pid, start time,
 boot id, private folder), stored the moment it spawns, which the hook reports through a callback.
+Over Spark Connect a retry needs the earlier session's id, to interrupt what it still runs.
 """
 
 from __future__ import annotations
@@ -32,11 +37,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowRuntimeError
+from airflow.sdk import BaseHook, BaseOperator
+from airflow.sdk.exceptions import AirflowNotFoundException, AirflowRuntimeError
 
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+from airflow_iceberg_dml.hooks.spark_connect import ConnectSession, IcebergSparkConnectHook, is_spark_connect
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, LocalProcess
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.spec import RunKey
@@ -58,6 +64,8 @@ ResultT = TypeVar("ResultT")
 #: Task state store key of the running spark-submit. Renaming it strands the processes that
 #: running tries have stored under the old name.
 SPARK_SUBMIT_STATE_KEY = "iceberg_dml_spark_submit"
+#: Task state store key of the job's Spark Connect session (same caveat).
+SPARK_CONNECT_STATE_KEY = "iceberg_dml_spark_connect"
 
 
 def is_template(value: object) -> bool:
@@ -95,19 +103,24 @@ class JobPlan(Generic[BeforeT]):
 
 
 class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
-    """Base of every operator that runs an Iceberg job as a Spark application through spark-submit.
+    """Base of every operator that runs an Iceberg job on Spark: through spark-submit, or over Spark Connect.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
     :param catalog_conn_id: ``iceberg`` connection; also the catalog name unless its extra ``catalog-name``
         names it. ``iceberg_default`` with no such connection is the embedded SQLite catalog; any other id
         must exist (``CatalogConnectionNotFoundError``, no retry).
-    :param spark_conn_id: ``spark`` connection; with no such connection, ``local[*]``.
-    :param spark_conf: Extra Spark configuration for this job (kept off the command line).
+    :param spark_conn_id: Which engine runs the job. A ``spark`` connection: a Spark application per
+        job through spark-submit (with no such connection, ``local[*]``). A ``spark_connect``
+        connection: the same job as a client of that Spark Connect server, in a session of its own
+        (no JVM start per task; see docs/engines.md).
+    :param spark_conf: Extra Spark configuration for this job (kept off the command line). Over
+        Spark Connect, session settings only (``spark.sql.*``).
     :param durable: When True (default) and Airflow has a task state store (Airflow 3.3+), the
-        spark-submit process is recorded there as soon as it starts. A retry on the same machine
-        whose earlier try's worker died while that spark-submit went on re-attaches: it waits for
-        that job instead of starting another, removes its private folder, then goes on from the
-        table as that job left it.
+        spark-submit process (or the Spark Connect session) is recorded there as soon as it starts.
+        A retry on the same machine whose earlier try's worker died while that spark-submit went on
+        re-attaches: it waits for that job instead of starting another, removes its private folder,
+        then goes on from the table as that job left it. Over Spark Connect, a retry on any machine
+        interrupts what the earlier try's session still runs, then goes on the same way.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -133,6 +146,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         self.spark_conf = spark_conf
         self.durable = durable
         self._spark_hook: IcebergSparkSubmitHook | None = None
+        self._connect_hook: IcebergSparkConnectHook | None = None
 
     # -- what each operator supplies ----------------------------------------------------------------
 
@@ -198,9 +212,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         return catalog_hook.find_commits(table, by_application, branch, stop_at=since)
 
     def on_kill(self) -> None:
-        """Stop the Spark application of this task."""
+        """Stop the Spark application of this task, or interrupt its Spark Connect operations."""
         if self._spark_hook is not None:
             self._spark_hook.on_kill()
+        if self._connect_hook is not None:
+            self._connect_hook.on_kill()
 
     # -- spark-submit, and re-attach through the task state store ------------------------------------------
 
@@ -213,38 +229,58 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             self.log.debug("No task state store (Airflow 3.3+): a retry cannot re-attach to this job.")
         return store
 
+    def uses_spark_connect(self) -> bool:
+        """Whether ``spark_conn_id`` names a Spark Connect server (else: spark-submit)."""
+        try:
+            conn = BaseHook.get_connection(self.spark_conn_id)
+        except AirflowNotFoundException:
+            return False
+        return is_spark_connect(conn.conn_type)
+
     def _submit(
         self, spec: JobSpec, catalog_hook: IcebergCatalogHook, name: str, store: TaskStateStore | None
     ) -> JobRecord | None:
-        """Run the job through a new spark-submit hook, its process recorded in ``store`` meanwhile."""
-        self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
+        """Run the job on the engine of ``spark_conn_id``, its process or session recorded in ``store``."""
+        hook: IcebergSparkConnectHook | IcebergSparkSubmitHook
+        if self.uses_spark_connect():
+            hook = self._connect_hook = IcebergSparkConnectHook(self.spark_conn_id, self.spark_conf)
+            key = SPARK_CONNECT_STATE_KEY
+        else:
+            hook = self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
+            key = SPARK_SUBMIT_STATE_KEY
         try:
-            return self._spark_hook.submit(
+            return hook.submit(
                 spec,
                 catalog_hook.catalog_config,
                 name=name,
-                on_started=None if store is None else partial(_remember, store),
+                on_started=None if store is None else partial(_remember, store, key),
             )
         finally:
-            self._forget(store)
+            self._forget(store, key)
 
-    def _forget(self, store: TaskStateStore | None) -> None:
+    def _forget(self, store: TaskStateStore | None, key: str) -> None:
         if store is None:
             return
         try:
-            store.delete(SPARK_SUBMIT_STATE_KEY)
+            store.delete(key)
         except AirflowRuntimeError as error:
-            self.log.warning("Could not clear the task state store's %r: %s", SPARK_SUBMIT_STATE_KEY, error)
+            self.log.warning("Could not clear the task state store's %r: %s", key, error)
 
     def _reattach(self, store: TaskStateStore | None) -> bool:
-        """Wait for the spark-submit an earlier try left running here; True when there was one."""
+        """Deal with the job an earlier try left: wait for its spark-submit here, or interrupt its Spark
+        Connect session; True when there was one."""
         if store is None:
             return False
         try:
             process = LocalProcess.from_json(store.get(SPARK_SUBMIT_STATE_KEY))
+            session = ConnectSession.from_json(store.get(SPARK_CONNECT_STATE_KEY))
         except AirflowRuntimeError as error:
             self.log.warning("Could not read the task state store: %s. Not re-attaching.", error)
             return False
+        if session is not None:
+            IcebergSparkConnectHook(self.spark_conn_id, self.spark_conf).reattach(session)
+            self._forget(store, SPARK_CONNECT_STATE_KEY)
+            return True
         if process is None:
             return False
         if not process.is_here():
@@ -254,11 +290,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
                 process.pid,
                 process.host,
             )
-            self._forget(store)
+            self._forget(store, SPARK_SUBMIT_STATE_KEY)
             return False
         self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
         record = self._spark_hook.reattach(process)
-        self._forget(store)
+        self._forget(store, SPARK_SUBMIT_STATE_KEY)
         if record is None:
             self.log.info("The earlier try's job (pid %s) left no result.", process.pid)
         else:
@@ -271,5 +307,5 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         return True
 
 
-def _remember(store: TaskStateStore, process: LocalProcess) -> None:
-    store.set(SPARK_SUBMIT_STATE_KEY, process.to_json())
+def _remember(store: TaskStateStore, key: str, job: LocalProcess | ConnectSession) -> None:
+    store.set(key, job.to_json())

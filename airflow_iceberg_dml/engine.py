@@ -1,0 +1,283 @@
+"""A local warm engine: a Spark Connect server with this package's jars and the embedded catalog.
+
+``python -m airflow_iceberg_dml.engine start|status|stop`` (``make engine``, ``make engine-status``,
+``make engine-stop``) runs one Spark Connect server on loopback, so that tasks whose Spark
+connection is of type ``spark_connect`` send their jobs to it instead of starting a Spark
+application each. The server runs from the PySpark wheel (which ships the Connect server) with the
+Iceberg runtime, the Iceberg SQL extensions and the embedded catalog configured, reads its settings
+from a private properties file and logs to ``$AIRFLOW_ICEBERG_DML_HOME/engine/server.log``.
+
+Point the Spark connection at it::
+
+    export AIRFLOW_CONN_SPARK_DEFAULT='spark-connect://127.0.0.1:15002'
+
+For a cluster, run Spark's own ``start-connect-server.sh`` with the same jars and settings (see
+docs/engines.md); this module is the single-machine default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml import runtime
+from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
+from airflow_iceberg_dml.hooks.spark_submit import (
+    job_environment,
+    properties_file_text,
+    spark_properties,
+    write_private,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+DEFAULT_HOST = "127.0.0.1"
+#: Spark Connect's own default port.
+DEFAULT_PORT = 15002
+DEFAULT_CATALOG_CONN_ID = "iceberg_default"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+_STATE_FILE = "engine.json"
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """A running engine, as ``start`` leaves it on disk for ``status`` and ``stop``."""
+
+    pid: int
+    host: str
+    port: int
+    catalog: str
+    started_at: float
+    log_path: str
+
+    @property
+    def url(self) -> str:
+        return f"sc://{self.host}:{self.port}"
+
+    @property
+    def connection_uri(self) -> str:
+        """The Airflow connection URI of a ``spark_connect`` connection to this engine."""
+        return f"spark-connect://{self.host}:{self.port}"
+
+
+def engine_dir(home: Path | None = None) -> Path:
+    return (home or runtime.default_home()) / "engine"
+
+
+def read_state(folder: Path) -> EngineState | None:
+    path = folder / _STATE_FILE
+    if not path.is_file():
+        return None
+    return EngineState(**json.loads(path.read_text()))
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+def resident_memory_bytes(pid: int) -> int | None:
+    """The server's resident memory (``VmRSS``), None when it is not running or not readable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
+
+
+def server_properties(
+    catalog: CatalogConfig, host: str, port: int, conf: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The server's whole configuration: Iceberg, the catalog, the jars, where it listens, then ``conf``."""
+    properties = spark_properties(catalog, conf)
+    properties.update(
+        {
+            "spark.connect.grpc.binding.address": host,
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.ui.enabled": properties.get("spark.ui.enabled", "false"),
+            "spark.master": properties.get("spark.master", "local[*]"),
+            "spark.app.name": properties.get("spark.app.name", "iceberg-dml-engine"),
+        }
+    )
+    return properties
+
+
+def server_command(properties_path: Path, jars: runtime.SparkJars) -> list[str]:
+    """spark-submit of the Connect server that ships with the installed PySpark."""
+    import pyspark
+
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    command = [str(spark_submit), "--class", SERVER_CLASS, "--properties-file", str(properties_path)]
+    if jars.jars:
+        command += ["--jars", ",".join(jars.jars)]
+    return [*command, "spark-internal"]
+
+
+def start(
+    *,
+    home: Path | None = None,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    catalog: CatalogConfig | None = None,
+    conf: Mapping[str, str] | None = None,
+    warm: bool = True,
+    timeout_s: float = 300.0,
+) -> EngineState:
+    """Start the engine (or return the one already running from ``home``), ready for jobs.
+
+    ``catalog`` defaults to the embedded one under ``home``; ``warm`` runs one catalog query so that
+    the first task does not pay for loading Iceberg's classes.
+    """
+    import pyspark
+
+    folder = engine_dir(home)
+    running = read_state(folder)
+    if running is not None and is_alive(running.pid):
+        return running
+    if port_open(host, port):
+        raise RuntimeError(f"Port {host}:{port} is already in use: pass another --port.")
+    folder.mkdir(parents=True, exist_ok=True)
+    base = home or runtime.default_home()
+    catalog = catalog or CatalogConfig.from_properties(DEFAULT_CATALOG_CONN_ID, embedded_properties(base))
+    artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
+    jars = runtime.spark_jars(artifacts)
+    properties = server_properties(catalog, host, port, conf)
+    properties.update(jars.spark_conf(properties))
+    properties_path = folder / "server.properties"
+    write_private(properties_path, properties_file_text(properties))
+    log_path = folder / "server.log"
+    environment = job_environment(os.environ)
+    environment.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
+    environment["PYSPARK_PYTHON"] = sys.executable
+    with log_path.open("ab") as log_file:
+        process = subprocess.Popen(
+            server_command(properties_path, jars),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=environment,
+            start_new_session=True,  # outlives this command, and a Ctrl-C in the terminal
+        )
+    state = EngineState(process.pid, host, port, catalog.name, time.time(), str(log_path))
+    deadline = time.monotonic() + timeout_s
+    while not port_open(host, port):
+        if process.poll() is not None:
+            raise RuntimeError(f"The Spark Connect server exited ({process.returncode}); see {log_path}.")
+        if time.monotonic() > deadline:
+            process.terminate()
+            raise RuntimeError(
+                f"The Spark Connect server did not listen within {timeout_s:.0f}s; see {log_path}."
+            )
+        time.sleep(0.5)
+    (folder / _STATE_FILE).write_text(json.dumps(asdict(state)))
+    if warm:
+        _warm(state)
+    return state
+
+
+def _warm(state: EngineState) -> None:
+    """One catalog query: loads the Iceberg runtime and opens the catalog before the first task."""
+    from pyspark.sql.connect.session import SparkSession
+
+    had_mode = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    spark = SparkSession.builder.remote(state.url).create()
+    try:
+        spark.sql(f"SHOW NAMESPACES IN `{state.catalog}`").collect()
+    finally:
+        spark.stop()
+        if had_mode is None:
+            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def stop(home: Path | None = None, timeout_s: float = 30.0) -> EngineState | None:
+    """Stop the engine started from ``home``; returns what was stopped (None: nothing ran)."""
+    folder = engine_dir(home)
+    state = read_state(folder)
+    if state is None:
+        return None
+    if is_alive(state.pid):
+        os.kill(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while is_alive(state.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if is_alive(state.pid):
+            os.kill(state.pid, signal.SIGKILL)
+    (folder / _STATE_FILE).unlink(missing_ok=True)
+    return state
+
+
+def describe(state: EngineState | None) -> tuple[bool, str]:
+    """(running, a few lines on the engine) for ``status``."""
+    if state is None:
+        return False, "Spark Connect engine: not running (start it with: make engine)"
+    if not is_alive(state.pid):
+        return False, f"Spark Connect engine: not running (pid {state.pid} has exited; log: {state.log_path})"
+    memory = resident_memory_bytes(state.pid)
+    uptime = int(time.time() - state.started_at)
+    lines = [
+        f"Spark Connect engine: running at {state.url}"
+        + ("" if port_open(state.host, state.port) else " (not accepting connections yet)"),
+        f"  pid {state.pid}, up {uptime // 3600}h{uptime % 3600 // 60:02d}m{uptime % 60:02d}s, "
+        f"resident memory {memory / 2**20:.0f} MiB"
+        if memory
+        else f"  pid {state.pid}",
+        f"  catalog {state.catalog!r}; log {state.log_path}",
+        f"  use it: export AIRFLOW_CONN_SPARK_DEFAULT='{state.connection_uri}'",
+    ]
+    return True, "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_iceberg_dml.engine", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("command", choices=["start", "status", "stop"])
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--no-warm", action="store_true", help="do not run the warm-up query after start")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting for the server"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        conf = dict(item.split("=", 1) for item in args.conf)
+        started = time.monotonic()
+        state = start(host=args.host, port=args.port, conf=conf, warm=not args.no_warm)
+        print(f"Ready in {time.monotonic() - started:.1f}s.")
+        print(describe(state)[1])
+        return 0
+    if args.command == "stop":
+        stopped = stop()
+        print(f"Stopped the engine (pid {stopped.pid})." if stopped else "No engine was running.")
+        return 0
+    running, text = describe(read_state(engine_dir()))
+    print(text)
+    return 0 if running else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,297 @@
+"""Runs one job spec as a Spark Connect client from the Airflow worker, in a session of its own.
+
+A ``spark_connect`` connection (the Spark provider's type: host, port, token, TLS, user) names a
+long-running Spark Connect server. Instead of starting a Spark application per task, the job's code
+(:mod:`airflow_iceberg_dml.jobs.dml`, :mod:`~airflow_iceberg_dml.jobs.maintenance`) runs here and
+sends its plans to that server: no JVM starts, so a small change costs seconds.
+
+Each job gets a new server session (``SparkSession.builder.remote(...).create()``): its settings
+(the catalog, when the server does not define it, and the commit tags), temporary views and
+running operations are its own, and the session is released when the job ends, whatever happens.
+The session id is reported as soon as the session exists (``on_started``), so that a retry after a
+killed worker can interrupt what that session still runs before it plans again
+(:meth:`IcebergSparkConnectHook.reattach`); the run key keeps the change to one commit either way.
+
+Secrets: the connection's token travels in the connection URL to the server only, and catalog
+credentials in the session's settings over the same channel; neither is logged, put on a command
+line or returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+from airflow.sdk import BaseHook
+
+from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
+from airflow_iceberg_dml.exceptions import SparkConnectServerError, SparkConnectUnavailableError
+from airflow_iceberg_dml.spec import Outcome
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from pydantic import JsonValue
+    from pyspark.sql.connect.session import SparkSession
+
+    from airflow_iceberg_dml.catalog_config import CatalogConfig
+    from airflow_iceberg_dml.spec import JobRecord, JobSpec
+
+CONN_TYPE = SparkConnectHook.conn_type
+#: Spark Connect's port when the connection names none.
+DEFAULT_PORT = 15002
+#: The environment variable PySpark sets, process-wide, when a Connect session is created.
+_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+#: gRPC status codes that mean the server is not there (yet): retrying can help.
+_UNREACHABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+@dataclass(frozen=True)
+class ConnectSession:
+    """A job's session on a Spark Connect server, as stored for a later try (no secret in it)."""
+
+    server: str
+    session_id: str
+
+    @classmethod
+    def from_json(cls, value: JsonValue) -> ConnectSession | None:
+        if not isinstance(value, dict) or not {"server", "session_id"} <= value.keys():
+            return None
+        return cls(server=str(value["server"]), session_id=str(value["session_id"]))
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return dict(asdict(self))
+
+
+def is_spark_connect(conn_type: str | None) -> bool:
+    """Whether a Spark connection of this type runs jobs over Spark Connect."""
+    return conn_type == CONN_TYPE
+
+
+def version_mismatch(client: str, server: str) -> str | None:
+    """Why a PySpark client of version ``client`` should not drive a server of version ``server``.
+
+    Spark Connect keeps its protocol compatible within a minor release; across minor releases plans
+    and errors change shape, so a mismatch is refused before anything is sent.
+    """
+    if client.split(".")[:2] == server.split(".")[:2]:
+        return None
+    return (
+        f"The Spark Connect server runs Spark {server} but this worker's PySpark client is {client}. "
+        f"Install pyspark-client=={server.rsplit('.', 1)[0]}.* on the worker, or run a {client} server."
+    )
+
+
+def _job_runner(application: str) -> Callable[[Any, Any], JobRecord]:
+    """The ``run_spec`` of the job a spec names (the same code spark-submit runs as a driver)."""
+    if application == "dml.py":
+        from airflow_iceberg_dml.jobs.dml import run_spec as run_dml
+
+        return run_dml
+    if application == "maintenance.py":
+        from airflow_iceberg_dml.jobs.maintenance import run_spec as run_maintenance
+
+        return run_maintenance
+    raise ValueError(f"No job runs {application!r} over Spark Connect.")
+
+
+def _grpc_code(error: BaseException) -> str:
+    code = getattr(error, "code", None)
+    if callable(code):  # a grpc.RpcError
+        return str(getattr(code(), "name", ""))
+    status = getattr(error, "_grpc_status_code", None)  # PySpark's Connect errors keep the status
+    return str(getattr(status, "name", ""))
+
+
+class IcebergSparkConnectHook(BaseHook):
+    """Runs a job spec over Spark Connect and returns its :class:`JobRecord`.
+
+    :param spark_conn_id: A ``spark_connect`` connection: host (``sc://`` optional), port, token
+        (the password field), user id (the login field), ``use_ssl`` extra.
+    :param spark_conf: Spark SQL settings for the job's session (``spark.sql.*`` runtime settings; a
+        server-wide setting such as ``spark.executor.memory`` belongs to the server's start).
+    """
+
+    def __init__(self, spark_conn_id: str, spark_conf: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = {key: str(value) for key, value in (spark_conf or {}).items()}
+        self._session: SparkSession | None = None
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def _url(self, session_id: str | None = None) -> tuple[str, str]:
+        """(connection URL, token included: never log it; the server as ``host:port`` for the log)."""
+        url = SparkConnectHook(self.spark_conn_id).get_connection_url()
+        server = url.removeprefix("sc://").split("/", 1)[0]
+        if session_id is not None:
+            url = f"{url};session_id={session_id}"  # the provider's URL ends in "/" or its parameters
+        return url, server
+
+    def _open(self, session_id: str | None = None) -> tuple[SparkSession, str]:
+        """A new session on the server (or the existing ``session_id``), and the server's name."""
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        url, server = self._url(session_id)
+        had_mode = os.environ.get(_CONNECT_MODE_ENV)
+        try:
+            session = ConnectSession.builder.remote(url).create()
+        finally:
+            # The jobs pick PySpark's Connect functions themselves (jobs.runner.functions); do not switch
+            # every classic session this process may still start.
+            if had_mode is None:
+                os.environ.pop(_CONNECT_MODE_ENV, None)
+        return session, server
+
+    def _check_reachable(self, timeout_s: float = 10.0) -> None:
+        """Fail at once, and retryably, when nothing listens where the connection points.
+
+        PySpark's client retries an unreachable server with a growing backoff for minutes; a task is
+        better failed now and retried by Airflow with its own policy.
+        """
+        server = self._url()[1]
+        host, separator, port = server.rpartition(":")
+        if not separator:
+            host, port = server, ""
+        try:
+            socket.create_connection((host.strip("[]"), int(port or DEFAULT_PORT)), timeout=timeout_s).close()
+        except OSError as error:
+            raise SparkConnectUnavailableError(
+                f"The Spark Connect server {server} (connection {self.spark_conn_id!r}) cannot be reached: "
+                f"{error}. Is it running? The local engine starts with: python -m "
+                "airflow_iceberg_dml.engine start"
+            ) from None
+
+    def _check_server(self, spark: SparkSession, server: str) -> None:
+        """Refuse a server this client cannot drive, or one without Iceberg, before sending any job."""
+        import pyspark
+
+        try:
+            server_version = spark.version
+        except Exception as error:
+            if _grpc_code(error) in _UNREACHABLE:
+                raise SparkConnectUnavailableError(
+                    f"The Spark Connect server {server} (connection {self.spark_conn_id!r}) cannot be "
+                    f"reached: {str(error).splitlines()[0][:300]}. Is it running? The local engine starts "
+                    "with: python -m airflow_iceberg_dml.engine start"
+                ) from None
+            raise
+        problem = version_mismatch(pyspark.__version__, server_version)
+        if problem:
+            raise SparkConnectServerError(problem)
+        extensions = str(spark.conf.get("spark.sql.extensions", "") or "")
+        if ICEBERG_EXTENSIONS not in extensions.split(","):
+            raise SparkConnectServerError(
+                f"The Spark Connect server {server} was started without Iceberg: its "
+                f"spark.sql.extensions does not include {ICEBERG_EXTENSIONS}. Start it with the "
+                "iceberg-spark-runtime jar for its Spark version and that extension (python -m "
+                "airflow_iceberg_dml.engine start does both)."
+            )
+
+    def _configure(self, spark: SparkSession, catalog: CatalogConfig) -> None:
+        """Use the server's catalog of this name, else register the connection's for this session."""
+        key = f"spark.sql.catalog.{catalog.name}"
+        if spark.conf.get(key, None):
+            self.log.info("Catalog %r: the one the Spark Connect server defines.", catalog.name)
+        else:
+            self.log.info(
+                "Catalog %r: registered for this session from the catalog connection.", catalog.name
+            )
+            for name, value in catalog.spark_properties().items():
+                spark.conf.set(name, value)
+        for name, value in self.spark_conf.items():
+            try:
+                spark.conf.set(name, value)
+            except Exception as error:  # noqa: BLE001 - named with the setting, never retried
+                raise SparkConnectServerError(
+                    f"spark_conf {name!r} cannot be set in a Spark Connect session ({str(error)[:200]}); "
+                    "set it when the server starts."
+                ) from None
+
+    # -- running a job ------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        spec: JobSpec,
+        catalog: CatalogConfig,
+        name: str,
+        on_started: Callable[[ConnectSession], None] | None = None,
+    ) -> JobRecord:
+        """Run the job in a new session; returns its record, raises the job's own error class."""
+        from airflow_iceberg_dml.jobs.runner import log_to
+
+        run_spec = _job_runner(spec.application)
+        # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
+        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+        self._check_reachable()
+        spark, server = self._open()
+        self._session = spark
+        try:
+            session = ConnectSession(server=server, session_id=spark.session_id)
+            self.log.info("Spark Connect: job %s in session %s on %s", name, session.session_id, server)
+            self._check_server(spark, server)
+            if on_started is not None:
+                try:
+                    on_started(session)
+                except Exception as error:  # noqa: BLE001 - the job is about to run: never lose it over this
+                    self.log.warning("Could not record the Spark Connect session for a later try: %s", error)
+            self._configure(spark, catalog)
+            with log_to(self.log.info):
+                record = run_spec(spark, spec)
+        finally:
+            self._session = None
+            self._release(spark)
+        if record.outcome is Outcome.FAILED:
+            raise record.error()
+        return record
+
+    def _release(self, spark: SparkSession) -> None:
+        """End the session on the server: anything it still runs is interrupted there."""
+        try:
+            spark.stop()
+        except Exception as error:  # noqa: BLE001 - the server drops idle sessions by itself
+            self.log.debug("Releasing the Spark Connect session failed: %s", error)
+
+    def reattach(self, session: ConnectSession) -> list[str]:
+        """Interrupt whatever an earlier try's session still runs, and release it.
+
+        Returns the ids of the operations interrupted (none when the session had ended). The earlier
+        try's commit, if it landed, is then found by its run key like any other.
+        """
+        try:
+            spark, server = self._open(session.session_id)
+        except Exception as error:  # noqa: BLE001 - nothing to interrupt when it cannot be reached
+            self.log.info("The earlier try's Spark Connect session %s: %s", session.session_id, error)
+            return []
+        try:
+            interrupted = [str(operation) for operation in spark.interruptAll()]
+        except Exception as error:  # noqa: BLE001 - a released or expired session runs nothing
+            self.log.info(
+                "The earlier try's Spark Connect session %s has ended (%s).",
+                session.session_id,
+                str(error).splitlines()[0][:200],
+            )
+            return []
+        self.log.info(
+            "The earlier try's Spark Connect session %s on %s: %s; releasing it.",
+            session.session_id,
+            server,
+            f"interrupted {len(interrupted)} running operation(s)" if interrupted else "nothing running",
+        )
+        self._release(spark)
+        return interrupted
+
+    def on_kill(self) -> None:
+        """Interrupt every operation of the job's session; releasing it follows as the job unwinds."""
+        spark = self._session
+        if spark is None:
+            return
+        try:
+            interrupted = spark.interruptAll()
+            self.log.info("Interrupted %d Spark Connect operation(s).", len(interrupted))
+        except Exception as error:  # noqa: BLE001 - the session may already be gone
+            self.log.warning("Could not interrupt the Spark Connect session: %s", error)

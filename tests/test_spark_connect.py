@@ -1,0 +1,469 @@
+"""The operators over Spark Connect: the same jobs, as clients of a warm server started here on loopback.
+
+One server for the module (the engine of :mod:`airflow_iceberg_dml.engine`, on a free port, with the
+tests' embedded catalog configured). Real Airflow tasks (``dag.test()``), real Iceberg commits read
+back with pyiceberg.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_iceberg_dml import engine
+from airflow_iceberg_dml.exceptions import (
+    SparkConnectServerError,
+    SparkConnectUnavailableError,
+    SparkJobError,
+)
+from airflow_iceberg_dml.hooks.spark_connect import ConnectSession, IcebergSparkConnectHook, version_mismatch
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.spark_job import SPARK_CONNECT_STATE_KEY
+from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
+from tests.conftest import (
+    create_orders_table,
+    free_port,
+    load,
+    new_table_name,
+    run_dag,
+    task_context,
+    task_states,
+    xcom_result,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+SPARK_CONN_ID = "spark_connect_test"
+
+
+@pytest.fixture(scope="module")
+def connect_server(catalog_hook: IcebergCatalogHook) -> Iterator[engine.EngineState]:
+    """A Spark Connect server with the package's jars and the tests' catalog, on a free loopback port."""
+    home = Path(tempfile.mkdtemp(prefix="connect-engine-"))
+    state = engine.start(
+        home=home,
+        port=free_port(),
+        catalog=catalog_hook.catalog_config,
+        conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
+    )
+    previous = os.environ.get(f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}")
+    os.environ[f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}"] = state.connection_uri
+    yield state
+    if previous is None:
+        os.environ.pop(f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", None)
+    engine.stop(home)
+
+
+def _spec(
+    operator: IcebergDeleteOperator | IcebergUpdateOperator, catalog_hook: IcebergCatalogHook, key: RunKey
+):
+    return operator.build_spec(task_context(key), catalog_hook.load_table(operator.table))
+
+
+def test_delete_update_and_compaction_run_as_tasks_over_spark_connect(
+    spark, catalog_hook, airflow_db, connect_server, capfd
+):
+    from tests.dags.spark_connect_test_dag import dag
+
+    name = create_orders_table(spark, new_table_name("connect"))
+    dag_run = run_dag(dag, table=name)
+    output = "".join(capfd.readouterr())
+
+    assert task_states(dag_run) == {"delete": "success", "update": "success", "compact": "success"}
+    table = load(catalog_hook, name)
+    deleted, updated, compacted = (xcom_result(dag_run, task) for task in ("delete", "update", "compact"))
+
+    # The same result as through spark-submit, from the table's own history.
+    server_app = spark_app_of(connect_server)
+    summary = table.snapshot_by_id(int(deleted["snapshot_id"])).summary.additional_properties
+    assert deleted["rows_deleted"] == 30
+    assert deleted["write_mode"] == "merge-on-read"
+    assert deleted["spark_app_id"] == summary["spark.app.id"] == server_app
+    assert summary[SummaryKey.RUN_ID] == dag_run.run_id
+    assert summary[SummaryKey.TASK_ID] == "delete"
+    assert summary["batch"] == dag_run.run_id
+    assert summary[SummaryKey.JOB_ID]
+    assert updated["parent_snapshot_id"] == deleted["snapshot_id"]
+    assert updated["rows_deleted"] == updated["rows_inserted"] == 10
+    assert sorted(table.scan(row_filter="status == 'X'").to_arrow()["order_id"].to_pylist()) == list(
+        range(3, 31, 3)
+    )
+    # The compaction's commits are named although a CALL statement tags nothing over Connect.
+    commits = compacted["committed_snapshot_ids"]
+    assert commits
+    assert compacted["snapshot_id"] == commits[0] == str(table.current_snapshot().snapshot_id)
+    assert all(table.snapshot_by_id(int(c)).summary.operation.value == "replace" for c in commits)
+    assert compacted["health_after"]["position_deletes"] == 0
+    assert compacted["spark_app_id"] == server_app
+    assert table.scan().to_arrow().num_rows == 3000 - 30
+
+    # The task log shows the engine, the statement and the commit, in the job's own words.
+    assert "in session" in output
+    assert f"on 127.0.0.1:{connect_server.port}" in output
+    assert "Plan: row-level merge-on-read: DELETE FROM" in output
+    assert f"Committed snapshot {deleted['snapshot_id']}" in output
+    assert "SQLQueryContextLogger" not in output
+
+
+def spark_app_of(state: engine.EngineState) -> str:
+    from pyspark.sql.connect.session import SparkSession
+
+    session = SparkSession.builder.remote(state.url).create()
+    try:
+        return str(session.conf.get("spark.app.id"))
+    finally:
+        session.stop()
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def test_concurrent_jobs_keep_their_sessions_to_themselves(spark, catalog_hook, connect_server):
+    """Two jobs at once on one table and one server: each commit carries only its own tags, each job
+    finds its own commit, and nothing a job set is left in the server's sessions."""
+    name = create_orders_table(spark, new_table_name("connect_isolation"), rows=600)
+    jobs = {
+        who: IcebergDeleteOperator(
+            task_id=f"erase_{who}",
+            table=name,
+            where=f"customer_id = {customer}",
+            snapshot_properties={"request": who},
+            spark_conn_id=SPARK_CONN_ID,
+            conflict_retries=4,
+        )
+        for who, customer in (("a", 1), ("b", 2))
+    }
+    records: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(who: str) -> None:
+        try:
+            spec = _spec(jobs[who], catalog_hook, RunKey("isolation", f"erase_{who}", "manual__1", -1))
+            records[who] = IcebergSparkConnectHook(SPARK_CONN_ID).submit(
+                spec, catalog_hook.catalog_config, who
+            )
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(who,)) for who in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors
+    table = load(catalog_hook, name)
+    for who, customer in (("a", 1), ("b", 2)):
+        record = records[who]
+        assert record.outcome is Outcome.COMMITTED
+        summary = table.snapshot_by_id(record.snapshot_id).summary.additional_properties
+        assert summary["request"] == who
+        assert summary[SummaryKey.TASK_ID] == f"erase_{who}"
+        assert table.scan(row_filter=f"customer_id == {customer}").to_arrow().num_rows == 0
+    assert table.scan().to_arrow().num_rows == 600 - 12
+
+    # A new session on the same server sees none of the jobs' settings.
+    from pyspark.sql.connect.session import SparkSession
+
+    probe = SparkSession.builder.remote(connect_server.url).create()
+    try:
+        assert probe.conf.get("spark.sql.iceberg.snapshot-property.request", None) is None
+        assert probe.conf.get(f"spark.sql.iceberg.snapshot-property.{SummaryKey.JOB_ID}", None) is None
+    finally:
+        probe.stop()
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def test_a_catalog_the_server_does_not_define_is_registered_for_the_session_only(
+    spark, catalog_hook, connect_server, capfd, monkeypatch
+):
+    """The catalog connection's own catalog, set in the job's session; its secrets in no log or result."""
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    folder = Path(tempfile.mkdtemp(prefix="session-catalog-"))
+    secret = "session-catalog-secret-8d1f"
+    extra = {
+        "type": "sql",
+        "uri": f"sqlite:///{folder / 'catalog.db'}",
+        "warehouse": (folder / "warehouse").as_uri(),
+        "header.X-Secret": secret,
+    }
+    connection = {"conn_type": "iceberg", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_SESSION", json.dumps(connection))
+    hook = IcebergCatalogHook("iceberg_session")
+    hook.catalog.create_namespace_if_not_exists("tests")
+    import pyarrow as pa
+
+    rows = pa.table({"id": pa.array(range(100), pa.int64()), "kind": pa.array(["a", "b"] * 50)})
+    created = hook.catalog.create_table("tests.session_cat", schema=rows.schema)
+    created.append(rows)
+
+    operator = IcebergDeleteOperator(
+        task_id="erase",
+        table="tests.session_cat",
+        where="kind = 'a'",
+        catalog_conn_id="iceberg_session",
+        spark_conn_id=SPARK_CONN_ID,
+    )
+    spec = operator.build_spec(
+        task_context(RunKey("cat", "erase", "manual__1", -1)), hook.load_table("tests.session_cat")
+    )
+    record = IcebergSparkConnectHook(SPARK_CONN_ID).submit(spec, hook.catalog_config, "session-catalog")
+    output = "".join(capfd.readouterr())
+
+    assert record.outcome is Outcome.COMMITTED
+    assert hook.load_table("tests.session_cat").scan().to_arrow().num_rows == 50
+    assert "registered for this session" in output
+    assert secret not in output
+    assert secret not in record.to_json()
+    # The server itself still does not know that catalog.
+    from pyspark.sql.connect.session import SparkSession
+
+    probe = SparkSession.builder.remote(connect_server.url).create()
+    try:
+        assert probe.conf.get("spark.sql.catalog.iceberg_session", None) is None
+    finally:
+        probe.stop()
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def _slow_update(name: str) -> IcebergUpdateOperator:
+    # Hashing a long string per row: tens of seconds on 2 cores, long enough to be interrupted.
+    return IcebergUpdateOperator(
+        task_id="slow",
+        table=name,
+        where="order_id > 0",
+        set={"comment": "cast(xxhash64(repeat(concat(comment, 'x'), 20000)) AS STRING)"},
+        spark_conn_id=SPARK_CONN_ID,
+    )
+
+
+class _Watched(IcebergSparkConnectHook):
+    """The real hook; its lines are also kept, so that a test knows when the job is writing."""
+
+    def __init__(self) -> None:
+        super().__init__(SPARK_CONN_ID)
+        self.writing = threading.Event()
+        self.progress: list[str] = []
+
+    @property
+    def log(self) -> Any:
+        hook = self
+
+        class _Lines:
+            def __getattr__(self, level: str) -> Any:
+                def write(message: str, *args: Any, **_: Any) -> None:
+                    line = message % args if args else message
+                    if "Plan: row-level" in line:
+                        hook.writing.set()
+                    if line.startswith("progress: stage"):
+                        hook.progress.append(line)
+
+                return write
+
+        return _Lines()
+
+
+def test_on_kill_interrupts_the_running_operation_and_nothing_is_committed(
+    spark, catalog_hook, connect_server
+):
+    name = create_orders_table(spark, new_table_name("connect_kill"), rows=200_000)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    spec = _spec(_slow_update(name), catalog_hook, RunKey("kill", "slow", "manual__1", -1))
+    hook = _Watched()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            hook.submit(spec, catalog_hook.catalog_config, "slow-update")
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            raised.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert hook.writing.wait(120), "the job never started writing"
+    deadline = time.monotonic() + 60
+    while not hook.progress and time.monotonic() < deadline:
+        time.sleep(0.5)
+    # The server reports the stages to the session; the task log gets a line when they move.
+    assert hook.progress, "no progress line while the UPDATE ran"
+    assert re.fullmatch(r"progress: stage \d+ \d+/\d+ tasks", hook.progress[0])
+    started = time.monotonic()
+    hook.on_kill()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 30
+    assert len(raised) == 1
+    assert isinstance(raised[0], SparkJobError)
+    assert "OPERATION_CANCELED" in str(raised[0]) or "cancel" in str(raised[0]).lower()
+    time.sleep(3)  # a commit the interrupt failed to stop would land by now
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+_KILLED_WORKER = textwrap.dedent(
+    """
+    import json, logging, sys
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+    from airflow_iceberg_dml.spec import DmlSpec
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+    spec = DmlSpec.from_json(sys.argv[1])
+    stored = sys.argv[2]
+    IcebergSparkConnectHook(sys.argv[3]).submit(
+        spec,
+        IcebergCatalogHook("iceberg_default").catalog_config,
+        "killed-worker",
+        on_started=lambda session: open(stored, "w").write(json.dumps(session.to_json())),
+    )
+    """
+)
+
+
+def test_a_retry_after_a_killed_worker_interrupts_its_session_and_applies_the_change_once(
+    spark, catalog_hook, connect_server
+):
+    name = create_orders_table(spark, new_table_name("connect_retry"), rows=200_000)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    operator = _slow_update(name)
+    key = RunKey("retry", "slow", "manual__1", -1)
+    spec = _spec(operator, catalog_hook, key)
+    stored = Path(tempfile.mkdtemp()) / "session.json"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WORKER, spec.to_json(), str(stored), SPARK_CONN_ID],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert worker.stdout is not None
+    for line in worker.stdout:
+        if "Plan: row-level" in line:
+            break
+    else:
+        pytest.fail(f"the worker ended before writing ({worker.wait()})")
+    worker.kill()  # SIGKILL: no on_kill, no release; the server goes on with the UPDATE
+    worker.wait()
+
+    # The retry finds the session in the task state store and interrupts what it still runs.
+    class _Store(dict):
+        def set(self, key: str, value: Any) -> None:
+            self[key] = value
+
+        def delete(self, key: str) -> None:
+            self.pop(key, None)
+
+    store = _Store({SPARK_CONNECT_STATE_KEY: json.loads(stored.read_text())})
+    assert ConnectSession.from_json(store[SPARK_CONNECT_STATE_KEY]) is not None
+    assert operator._reattach(store) is True
+    assert SPARK_CONNECT_STATE_KEY not in store
+    time.sleep(3)
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+    # Then the retry's own job commits once; a further try with the same run key replays it.
+    quick = IcebergUpdateOperator(
+        task_id="slow",
+        table=name,
+        where="order_id <= 10",
+        set={"comment": "'fixed'"},
+        spark_conn_id=SPARK_CONN_ID,
+    )
+    quick_spec = _spec(quick, catalog_hook, key)
+    first = IcebergSparkConnectHook(SPARK_CONN_ID).submit(quick_spec, catalog_hook.catalog_config, "retry")
+    again = IcebergSparkConnectHook(SPARK_CONN_ID).submit(quick_spec, catalog_hook.catalog_config, "retry")
+    assert first.outcome is Outcome.COMMITTED
+    assert again.outcome is Outcome.REPLAYED
+    assert again.snapshot_id == first.snapshot_id
+    table = load(catalog_hook, name)
+    assert [s.snapshot_id for s in table.snapshots()][-2:] == [head, first.snapshot_id]
+
+
+def test_an_unreachable_server_fails_at_once_and_retryably(spark, catalog_hook, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DOWN", f"spark-connect://127.0.0.1:{free_port()}")
+    name = create_orders_table(spark, new_table_name("connect_down"), rows=30)
+    operator = IcebergDeleteOperator(
+        task_id="d", table=name, where="order_id = 1", spark_conn_id="spark_connect_down"
+    )
+    started = time.monotonic()
+    with pytest.raises(SparkConnectUnavailableError, match="cannot be reached") as raised:
+        operator.execute(task_context(RunKey("down", "d", "manual__1", -1)))
+    assert raised.value.retryable
+    assert time.monotonic() - started < 30
+
+
+def test_a_server_without_iceberg_is_named_and_not_retried(spark, catalog_hook, monkeypatch):
+    from airflow_iceberg_dml import runtime
+    from airflow_iceberg_dml.hooks.spark_submit import properties_file_text, write_private
+
+    folder = Path(tempfile.mkdtemp(prefix="bare-connect-"))
+    port = free_port()
+    properties = folder / "server.properties"
+    write_private(
+        properties,
+        properties_file_text(
+            {
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(port),
+                "spark.master": "local[1]",
+                "spark.ui.enabled": "false",
+            }
+        ),
+    )
+    bare = subprocess.Popen(
+        engine.server_command(properties, runtime.SparkJars(runtime.JarSource.LISTED)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not engine.port_open("127.0.0.1", port):
+            assert bare.poll() is None, "the bare server exited"
+            assert time.monotonic() < deadline, "the bare server did not listen"
+            time.sleep(0.5)
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_BARE", f"spark-connect://127.0.0.1:{port}")
+        name = create_orders_table(spark, new_table_name("connect_bare"), rows=30)
+        operator = IcebergDeleteOperator(
+            task_id="d", table=name, where="order_id = 1", spark_conn_id="spark_connect_bare"
+        )
+        with pytest.raises(AirflowFailException, match="without Iceberg") as raised:
+            operator.execute(task_context(RunKey("bare", "d", "manual__1", -1)))
+        assert isinstance(raised.value.__cause__, SparkConnectServerError)
+    finally:
+        bare.terminate()
+        bare.wait(60)
+
+
+@pytest.mark.parametrize(
+    ("client", "server", "problem"),
+    [
+        ("4.1.3", "4.1.0", None),
+        ("4.1.3", "4.0.1", "pyspark-client==4.0.*"),
+        ("4.1.3", "3.5.6", "Spark 3.5.6"),
+    ],
+)
+def test_a_version_mismatch_says_what_to_install(client, server, problem):
+    found = version_mismatch(client, server)
+    assert found is None if problem is None else problem in found
+
+
+def test_the_engine_command_reports_and_stops(connect_server, capsys, monkeypatch):
+    home = Path(connect_server.log_path).parents[1]
+    monkeypatch.setenv("AIRFLOW_ICEBERG_DML_HOME", str(home))
+    assert engine.main(["status"]) == 0
+    shown = capsys.readouterr().out
+    assert f"running at sc://127.0.0.1:{connect_server.port}" in shown
+    assert "resident memory" in shown
+    assert connect_server.connection_uri in shown
+    assert engine.start(home=home, port=connect_server.port).pid == connect_server.pid  # already running
