@@ -469,6 +469,10 @@ class IcebergLineageMixin:
             else transport_info
         )
 
+    def job_spark_conf(self, context: Context) -> dict[str, str]:
+        """What a spark-submit job of this task gets: its ``spark.openlineage.*`` properties."""
+        return self.openlineage_spark_properties(context)
+
     def openlineage_spark_properties(self, context: Context) -> dict[str, str]:
         """This task's ``spark.openlineage.*`` properties (:func:`spark_lineage_properties`)."""
         return spark_lineage_properties(

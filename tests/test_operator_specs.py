@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
@@ -367,3 +367,28 @@ def test_config_objects_round_trip_through_the_spec_json():
     }
     assert payload["audits"] == {"queries": {"a": "SELECT TRUE"}, "keep_failed_branch": True}
     assert payload["version"] == 2
+
+
+def test_a_spark_submit_job_gets_the_tasks_lineage_settings_under_the_users_own(monkeypatch):
+    """What the operator hands the spark-submit hook: job_spark_conf (OpenLineage's parent job),
+    then the user's spark_conf on top; over Spark Connect only the user's (pure wiring, no Spark)."""
+    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+    from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+
+    given: dict[str, Any] = {}
+
+    def submit(hook: IcebergSparkSubmitHook, spec: Any, catalog: Any, name: str, on_started: Any) -> None:
+        given.update(hook.spark_conf)
+
+    monkeypatch.setattr(IcebergSparkSubmitHook, "submit", submit)
+    operator = IcebergDeleteOperator(
+        task_id="d", table="ns.t", where="TRUE", spark_conf={"spark.openlineage.namespace": "mine"}
+    )
+    monkeypatch.setattr(
+        operator,
+        "job_spark_conf",
+        lambda context: {"spark.openlineage.parentRunId": "run-1", "spark.openlineage.namespace": "task"},
+    )
+    catalog_hook = SimpleNamespace(catalog_config=None)
+    operator._submit(cast("Any", None), cast("Any", catalog_hook), "job", None, cast("Any", {}))
+    assert given == {"spark.openlineage.parentRunId": "run-1", "spark.openlineage.namespace": "mine"}

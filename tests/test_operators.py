@@ -163,9 +163,14 @@ def test_templated_fields_and_declared_asset():
     assert [(type(o).__name__, o.name) for o in templated.outlets] == [
         ("AssetAlias", "iceberg-dml:iceberg_default:task erasure.u")
     ]
-    assert {"table", "where", "parameters", "snapshot_properties", "branch", "expected_snapshot_id"} <= set(
-        IcebergDeleteOperator.template_fields
-    )
+    assert {
+        "table",
+        "where",
+        "parameter_values",
+        "snapshot_properties",
+        "branch",
+        "expected_snapshot_id",
+    } <= set(IcebergDeleteOperator.template_fields)
     assert "set" in IcebergUpdateOperator.template_fields
 
 

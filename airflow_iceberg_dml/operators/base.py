@@ -154,13 +154,13 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
     template_fields: Sequence[str] = (
         "table",
         "where",
-        "parameters",
+        "parameter_values",
         "snapshot_properties",
         "branch",
         "expected_snapshot_id",
         "audits",
     )
-    template_fields_renderers: ClassVar[dict[str, str]] = {"where": "sql", "parameters": "json"}
+    template_fields_renderers: ClassVar[dict[str, str]] = {"where": "sql", "parameter_values": "json"}
     ui_color = "#c9e8f5"
     application_name_prefix: ClassVar[str] = "iceberg-dml"
 
@@ -212,7 +212,9 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         self._table_outlet = table_asset_alias(self.catalog_conn_id, table, task_identity)
         self.outlets = [*self.outlets, self._table_outlet]
         self.where = where
-        self.parameters = parameters
+        # Not ``self.parameters``: the OpenLineage provider copies an operator attribute of that name
+        # (meant for SQL check operators) into its events, and these values can be personal data.
+        self.parameter_values = parameters
         self.snapshot_properties = snapshot_properties
         self.branch = branch
         self.write_mode = write_mode
@@ -281,7 +283,7 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
             table=self.table,
             where=self.where,
             assignments=assignments,
-            parameters=dict(self.parameters or {}),
+            parameters=dict(self.parameter_values or {}),
             write_mode=WriteMode(self.write_mode),
             branch=self.branch,
             expected_snapshot_id=parse_snapshot_id("expected_snapshot_id", self.expected_snapshot_id),
@@ -530,7 +532,7 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
             ),
             output=committed,
         )
-        parameters = self.parameters if isinstance(self.parameters, Mapping) else {}
+        parameters = self.parameter_values if isinstance(self.parameter_values, Mapping) else {}
         commit = lineage.IcebergDmlCommitRunFacet(
             **lineage.dml_commit_fields(
                 result,

@@ -173,6 +173,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
     def report(self, context: Context, result: ResultT) -> None:
         """Tell the world about the result (asset events, log lines); nothing by default."""
 
+    def job_spark_conf(self, context: Context) -> dict[str, str]:
+        """Spark settings this task adds for a spark-submit job (OpenLineage's parent job, when the
+        operator reports lineage); ``spark_conf`` wins over them. Nothing by default."""
+        return {}
+
     # -- the lifecycle ---------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> ResultT:
@@ -186,7 +191,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             if isinstance(planned, JobPlan):
                 ti = context["ti"]
                 name = f"{self.application_name_prefix}-{ti.dag_id}-{ti.task_id}"
-                record = self._submit(planned.spec, catalog_hook, name, store)
+                record = self._submit(planned.spec, catalog_hook, name, store, context)
                 result = self.collect(context, catalog_hook, planned, record, started)
             else:
                 result = planned
@@ -238,15 +243,23 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         return is_spark_connect(conn.conn_type)
 
     def _submit(
-        self, spec: JobSpec, catalog_hook: IcebergCatalogHook, name: str, store: TaskStateStore | None
+        self,
+        spec: JobSpec,
+        catalog_hook: IcebergCatalogHook,
+        name: str,
+        store: TaskStateStore | None,
+        context: Context,
     ) -> JobRecord | None:
         """Run the job on the engine of ``spark_conn_id``, its process or session recorded in ``store``."""
         hook: IcebergSparkConnectHook | IcebergSparkSubmitHook
         if self.uses_spark_connect():
+            # No spark.openlineage.* here: a listener reads them when the server starts, and one
+            # server runs the jobs of many tasks; the task's own events name the job's commit.
             hook = self._connect_hook = IcebergSparkConnectHook(self.spark_conn_id, self.spark_conf)
             key = SPARK_CONNECT_STATE_KEY
         else:
-            hook = self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, self.spark_conf)
+            conf = {**self.job_spark_conf(context), **(self.spark_conf or {})}
+            hook = self._spark_hook = IcebergSparkSubmitHook(self.spark_conn_id, conf)
             key = SPARK_SUBMIT_STATE_KEY
         try:
             return hook.submit(
