@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.spec import RunKey
 
 CATALOG = "iceberg_default"
+#: The ``spark_connect`` connection to the session's Spark Connect server (``connect_server``).
+CONNECT_CONN_ID = "spark_connect_test"
 NAMESPACE = "tests"
 _table_numbers = itertools.count()
 
@@ -104,6 +106,31 @@ def spark(catalog_hook: IcebergCatalogHook) -> Iterator[SparkSession]:
     # own logger and through the root logger): drop those records rather than print "Logging error".
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.raiseExceptions = False
+
+
+@pytest.fixture(scope="session")
+def connect_server(catalog_hook: IcebergCatalogHook) -> Iterator[Any]:
+    """One Spark Connect server (the package's local engine) with the tests' catalog, on a free
+    loopback port, named by the ``spark_connect`` connection ``CONNECT_CONN_ID``."""
+    from airflow_iceberg_dml import engine
+
+    home = _STATE / "connect-engine"
+    state = engine.start(
+        home=home,
+        port=free_port(),
+        catalog=catalog_hook.catalog_config,
+        conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
+    )
+    os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = state.connection_uri
+    yield state
+    os.environ.pop(f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}", None)
+    engine.stop(home)
+
+
+@pytest.fixture
+def spark_default_over_connect(connect_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point ``spark_default`` at the session's Spark Connect server: DAGs run unchanged on it."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connect_server.connection_uri)
 
 
 def new_table_name(prefix: str = "t") -> str:

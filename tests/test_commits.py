@@ -77,3 +77,17 @@ def test_an_unknown_branch_is_named(catalog_hook, history):
     name, _ = history
     with pytest.raises(BranchNotFoundError, match="'audit'"):
         catalog_hook.find_run_commits(load(catalog_hook, name), OURS, branch="audit")
+
+
+def test_a_job_id_or_an_untagged_commit_of_the_application_names_a_jobs_commit():
+    ours = {SummaryKey.JOB_ID: "j1", "app-id": "local-1"}
+    other_job = {SummaryKey.JOB_ID: "j2", "app-id": "local-1"}
+    procedure = {"app-id": "local-1"}  # a CALL procedure's commit over Spark Connect: no property of ours
+    assert CommitMarks(job_id="j1").carried_by(ours)
+    assert not CommitMarks(job_id="j1").carried_by(other_job)
+    untagged = CommitMarks(spark_app_id="local-1", untagged=True)
+    assert untagged.carried_by(procedure)
+    assert not untagged.carried_by(ours)
+    assert not CommitMarks(spark_app_id="local-2", untagged=True).carried_by(procedure)
+    # Spark's own entry or Iceberg's: either names the application.
+    assert CommitMarks(spark_app_id="local-1").carried_by({SummaryKey.SPARK_APP_ID: "local-1"})

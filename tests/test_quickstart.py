@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.spark_submit
 def test_the_quickstart_dag_deletes_updates_and_compacts_then_the_chained_example_changes_rows(
-    catalog_hook, airflow_db
+    catalog_hook, airflow_db, request
 ):
     from dags.iceberg_dml_quickstart import TABLE, dag
 
@@ -44,11 +44,16 @@ def test_the_quickstart_dag_deletes_updates_and_compacts_then_the_chained_exampl
     table = catalog_hook.load_table(TABLE)
     assert table.current_snapshot().summary["total-delete-files"] == "0"
 
-    _run_the_chained_example_with_its_defaults(catalog_hook, TABLE)
+    _run_the_chained_example_with_its_defaults(catalog_hook, TABLE, request)
 
 
-def _run_the_chained_example_with_its_defaults(catalog_hook, table_name: str) -> None:
-    """The chained example right after the quickstart, with its default params, changes real rows."""
+def _run_the_chained_example_with_its_defaults(catalog_hook, table_name: str, request) -> None:
+    """The chained example right after the quickstart, with its default params, changes real rows.
+
+    It runs on the warm engine: the same DAG files, only ``spark_default`` changed (a Spark Connect
+    connection), as a user would switch a deployment.
+    """
+    request.getfixturevalue("spark_default_over_connect")
     from dags.iceberg_chained_dml import delete_dag, update_dag
 
     assert delete_dag.params["table"] == update_dag.params["table"] == table_name

@@ -635,7 +635,8 @@ def test_unchanged_table_reads_no_metadata_then_walks_only_new_snapshots(catalog
 
 
 @pytest.mark.spark_submit
-def test_example_chained_dags(spark, catalog_hook, airflow_db):
+def test_example_chained_dags(spark, catalog_hook, airflow_db, spark_default_over_connect):
+    """The chained example DAGs, unchanged, with ``spark_default`` on the warm engine."""
     from dags.iceberg_chained_dml import delete_dag, update_dag
 
     name = new_table_name("chained")

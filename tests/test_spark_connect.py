@@ -1,8 +1,8 @@
 """The operators over Spark Connect: the same jobs, as clients of a warm server started here on loopback.
 
-One server for the module (the engine of :mod:`airflow_iceberg_dml.engine`, on a free port, with the
-tests' embedded catalog configured). Real Airflow tasks (``dag.test()``), real Iceberg commits read
-back with pyiceberg.
+One server for the test session (``connect_server`` in conftest: the engine of
+:mod:`airflow_iceberg_dml.engine`, on a free port, with the tests' embedded catalog configured).
+Real Airflow tasks (``dag.test()``), real Iceberg commits read back with pyiceberg.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from airflow_iceberg_dml.operators.spark_job import SPARK_CONNECT_STATE_KEY
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
 from tests.conftest import (
+    CONNECT_CONN_ID,
     create_orders_table,
     free_port,
     load,
@@ -45,29 +46,9 @@ from tests.conftest import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
-SPARK_CONN_ID = "spark_connect_test"
-
-
-@pytest.fixture(scope="module")
-def connect_server(catalog_hook: IcebergCatalogHook) -> Iterator[engine.EngineState]:
-    """A Spark Connect server with the package's jars and the tests' catalog, on a free loopback port."""
-    home = Path(tempfile.mkdtemp(prefix="connect-engine-"))
-    state = engine.start(
-        home=home,
-        port=free_port(),
-        catalog=catalog_hook.catalog_config,
-        conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
-    )
-    previous = os.environ.get(f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}")
-    os.environ[f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}"] = state.connection_uri
-    yield state
-    if previous is None:
-        os.environ.pop(f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}", None)
-    engine.stop(home)
+SPARK_CONN_ID = CONNECT_CONN_ID
 
 
 def _spec(
@@ -467,3 +448,37 @@ def test_the_engine_command_reports_and_stops(connect_server, capsys, monkeypatc
     assert "resident memory" in shown
     assert connect_server.connection_uri in shown
     assert engine.start(home=home, port=connect_server.port).pid == connect_server.pid  # already running
+
+
+def test_a_connect_error_names_its_server_side_class_and_its_causes():
+    """Spark Connect sends no Java objects: the class is in the message, the causes in the trace."""
+    import grpc
+    from pyspark.errors.exceptions.connect import UnknownException
+
+    from airflow_iceberg_dml.jobs.runner import commit_conflict, error_message, java_causes
+
+    error = UnknownException(
+        message="(org.apache.spark.SparkException) Job aborted.",
+        server_stacktrace=(
+            "org.apache.spark.SparkException: Job aborted.\n"
+            "\tat org.apache.spark.sql.Dataset.x(Dataset.scala:1)\n"
+            "Caused by: org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale\n"
+            "\tat org.apache.iceberg.SnapshotProducer.commit(SnapshotProducer.java:1)\n"
+        ),
+        display_server_stacktrace=True,
+        grpc_status_code=grpc.StatusCode.INTERNAL,
+    )
+    assert error_message(error) == "Job aborted."
+    assert java_causes(error) == [
+        ("org.apache.spark.SparkException", "Job aborted."),
+        ("org.apache.iceberg.exceptions.CommitFailedException", "Cannot commit: stale"),
+    ]
+    assert commit_conflict(error, ("CommitFailedException",)) == "CommitFailedException: Cannot commit: stale"
+    assert commit_conflict(error, ("ValidationException",)) is None
+
+
+def test_a_stored_session_round_trips_and_anything_else_is_ignored():
+    session = ConnectSession(server="127.0.0.1:15002", session_id="5f0c")
+    assert ConnectSession.from_json(session.to_json()) == session
+    assert ConnectSession.from_json({"server": "x"}) is None
+    assert ConnectSession.from_json(None) is None

@@ -103,8 +103,8 @@ def _grpc_code(error: BaseException) -> str:
     code = getattr(error, "code", None)
     if callable(code):  # a grpc.RpcError
         return str(getattr(code(), "name", ""))
-    status = getattr(error, "_grpc_status_code", None)  # PySpark's Connect errors keep the status
-    return str(getattr(status, "name", ""))
+    get_status = getattr(error, "getGrpcStatusCode", None)  # PySpark's Connect errors keep the status
+    return str(getattr(get_status(), "name", "")) if callable(get_status) else ""
 
 
 class IcebergSparkConnectHook(BaseHook):
