@@ -114,7 +114,7 @@ def connect_server(catalog_hook: IcebergCatalogHook) -> Iterator[Any]:
     loopback port, named by the ``spark_connect`` connection ``CONNECT_CONN_ID``."""
     from airflow_iceberg_dml import engine
 
-    home = _STATE / "connect-engine"
+    home = SESSION_TMP / "connect-engine"  # the session's own temp tree, like every job's folder
     state = engine.start(
         home=home,
         port=free_port(),

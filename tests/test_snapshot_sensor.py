@@ -381,6 +381,9 @@ def test_deferrable_sensor_through_dag_test(catalog_hook, airflow_db, orders):
     def commit_once_deferred() -> None:
         # The trigger row exists once the task has deferred; commit only then, so the first poke
         # (in the worker) cannot have seen it and the trigger must find it.
+        # Let dag.test() open its own connections to the SQLite metadata database first: two
+        # connections switching it to WAL at the same moment can fail with "disk I/O error".
+        time.sleep(2)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not deferred.is_set():
             with create_session() as session:

@@ -34,6 +34,7 @@ from airflow_iceberg_dml.operators.spark_job import SPARK_CONNECT_STATE_KEY
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
 from tests.conftest import (
+    CATALOG,
     CONNECT_CONN_ID,
     create_orders_table,
     free_port,
@@ -93,6 +94,21 @@ def test_delete_update_and_compaction_run_as_tasks_over_spark_connect(
     assert compacted["health_after"]["position_deletes"] == 0
     assert compacted["spark_app_id"] == server_app
     assert table.scan().to_arrow().num_rows == 3000 - 30
+
+    # Each DML task emitted the table's asset event with its snapshot id, as through spark-submit.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == f"iceberg://{CATALOG}/{name.replace('.', '/')}")
+            .all()
+        )
+        assert sorted(event.extra["snapshot_id"] for event in events) == sorted(
+            [deleted["snapshot_id"], updated["snapshot_id"]]
+        )
 
     # The task log shows the engine, the statement and the commit, in the job's own words.
     assert "in session" in output
@@ -482,3 +498,55 @@ def test_a_stored_session_round_trips_and_anything_else_is_ignored():
     assert ConnectSession.from_json(session.to_json()) == session
     assert ConnectSession.from_json({"server": "x"}) is None
     assert ConnectSession.from_json(None) is None
+
+
+_AUDIT_GONE = {"gone": "SELECT count(*) = 0 FROM {table} WHERE customer_id = 5"}
+_PROMISES = [
+    # (what, spec fields, outcome or error class, rows left out of 300)
+    ("dry run", {"where": "customer_id = 3", "dry_run": True}, Outcome.DRY_RUN, 300),
+    ("guard", {"where": "customer_id < 50", "guards": {"max_rows_affected": 5}}, "GuardExceededError", 300),
+    ("no match", {"where": "customer_id = 1000"}, Outcome.NOOP, 300),
+    ("audit fails", {"where": "customer_id = 4", "audits": {"no": "SELECT false"}}, "AuditFailedError", 300),
+    ("audit passes", {"where": "customer_id = 5", "audits": _AUDIT_GONE}, Outcome.COMMITTED, 297),
+    ("non-deterministic", {"where": "rand() < 0.5"}, "InvalidPredicateError", 300),
+    ("unknown column", {"where": "nope = 1"}, "UnknownColumnError", 300),
+    (
+        "bad value",
+        {"where": "order_id = 1", "assignments": {"amount": "'abc'"}},
+        "InvalidExpressionError",
+        300,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "fields", "expected", "rows_left"), _PROMISES, ids=[promise[0] for promise in _PROMISES]
+)
+def test_dry_run_guards_audits_no_match_and_bad_input_hold_over_spark_connect(
+    spark, catalog_hook, connect_server, what, fields, expected, rows_left
+):
+    """The promises the spark-submit tests prove, through the Connect hook: same outcome, same error
+    class, nothing committed unless the change is meant to land, no audit branch left behind."""
+    from airflow_iceberg_dml import exceptions
+    from airflow_iceberg_dml.spec import Audits, DmlSpec, Guards, JobKind
+
+    name = create_orders_table(spark, new_table_name("connect_promise"), rows=300)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    fields = dict(fields)
+    if "guards" in fields:
+        fields["guards"] = Guards(**fields["guards"])
+    if "audits" in fields:
+        fields["audits"] = Audits(queries=fields["audits"])
+    kind = JobKind.UPDATE if "assignments" in fields else JobKind.DELETE
+    spec = DmlSpec(kind=kind, catalog=CATALOG, table=name, **fields)
+    hook = IcebergSparkConnectHook(SPARK_CONN_ID)
+    if isinstance(expected, Outcome):
+        assert hook.submit(spec, catalog_hook.catalog_config, what).outcome is expected
+    else:
+        with pytest.raises(getattr(exceptions, expected)) as raised:
+            hook.submit(spec, catalog_hook.catalog_config, what)
+        assert not raised.value.retryable
+    table = load(catalog_hook, name)
+    assert table.scan().to_arrow().num_rows == rows_left
+    assert (table.current_snapshot().snapshot_id == head) is (rows_left == 300)
+    assert set(table.refs()) == {"main"}
