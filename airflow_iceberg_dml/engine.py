@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
+from airflow_iceberg_dml.hooks.spark_connect import connect_session
 from airflow_iceberg_dml.hooks.spark_submit import (
     job_environment,
     properties_file_text,
@@ -207,12 +208,8 @@ def _warm(state: EngineState, folder: Path) -> None:
     and for Spark's code generation (seconds); paying it here keeps it out of the first task. The
     scratch table lives in a catalog registered for this session only, under the engine's folder.
     """
-    from pyspark.sql.connect.session import SparkSession
-
-    had_mode = os.environ.get("SPARK_CONNECT_MODE_ENABLED")
-    spark = SparkSession.builder.remote(state.url).create()
     scratch = "iceberg_dml_warmup"
-    try:
+    with connect_session(state.url) as spark:
         spark.sql(f"SHOW NAMESPACES IN `{state.catalog}`").collect()
         spark.conf.set(f"spark.sql.catalog.{scratch}", "org.apache.iceberg.spark.SparkCatalog")
         spark.conf.set(f"spark.sql.catalog.{scratch}.type", "hadoop")
@@ -229,10 +226,6 @@ def _warm(state: EngineState, folder: Path) -> None:
         spark.sql(f"UPDATE {scratch}.w.t SET v = 'x' WHERE id % 100 = 2")
         spark.sql(f"SELECT count(*) FROM {scratch}.w.t.snapshots").collect()
         spark.sql(f"DROP TABLE {scratch}.w.t PURGE")
-    finally:
-        spark.stop()
-        if had_mode is None:
-            os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 def stop(home: Path | None = None, timeout_s: float = 30.0) -> EngineState | None:

@@ -8,7 +8,6 @@ Real Airflow tasks (``dag.test()``), real Iceberg commits read back with pyicebe
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -28,7 +27,12 @@ from airflow_iceberg_dml.exceptions import (
     SparkConnectUnavailableError,
     SparkJobError,
 )
-from airflow_iceberg_dml.hooks.spark_connect import ConnectSession, IcebergSparkConnectHook, version_mismatch
+from airflow_iceberg_dml.hooks.spark_connect import (
+    ConnectSession,
+    IcebergSparkConnectHook,
+    connect_session,
+    version_mismatch,
+)
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.spark_job import SPARK_CONNECT_STATE_KEY
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
@@ -119,14 +123,8 @@ def test_delete_update_and_compaction_run_as_tasks_over_spark_connect(
 
 
 def spark_app_of(state: engine.EngineState) -> str:
-    from pyspark.sql.connect.session import SparkSession
-
-    session = SparkSession.builder.remote(state.url).create()
-    try:
+    with connect_session(state.url) as session:
         return str(session.conf.get("spark.app.id"))
-    finally:
-        session.stop()
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 def test_concurrent_jobs_keep_their_sessions_to_themselves(spark, catalog_hook, connect_server):
@@ -173,15 +171,9 @@ def test_concurrent_jobs_keep_their_sessions_to_themselves(spark, catalog_hook, 
     assert table.scan().to_arrow().num_rows == 600 - 12
 
     # A new session on the same server sees none of the jobs' settings.
-    from pyspark.sql.connect.session import SparkSession
-
-    probe = SparkSession.builder.remote(connect_server.url).create()
-    try:
+    with connect_session(connect_server.url) as probe:
         assert probe.conf.get("spark.sql.iceberg.snapshot-property.request", None) is None
         assert probe.conf.get(f"spark.sql.iceberg.snapshot-property.{SummaryKey.JOB_ID}", None) is None
-    finally:
-        probe.stop()
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 def test_a_catalog_the_server_does_not_define_is_registered_for_the_session_only(
@@ -227,14 +219,8 @@ def test_a_catalog_the_server_does_not_define_is_registered_for_the_session_only
     assert secret not in output
     assert secret not in record.to_json()
     # The server itself still does not know that catalog.
-    from pyspark.sql.connect.session import SparkSession
-
-    probe = SparkSession.builder.remote(connect_server.url).create()
-    try:
+    with connect_session(connect_server.url) as probe:
         assert probe.conf.get("spark.sql.catalog.iceberg_session", None) is None
-    finally:
-        probe.stop()
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
 
 
 def _slow_update(name: str) -> IcebergUpdateOperator:
@@ -400,6 +386,29 @@ def test_an_unreachable_server_fails_at_once_and_retryably(spark, catalog_hook, 
     assert time.monotonic() - started < 30
 
 
+def test_the_connections_token_is_in_no_message(catalog_hook, monkeypatch, caplog):
+    """The token travels in the connection URL to the server only: logs and errors name host:port."""
+    import logging
+
+    from airflow_iceberg_dml.spec import DmlSpec, JobKind
+
+    token = "connect-token-5e9a"
+    port = free_port()
+    connection = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": port, "password": token}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_TOKEN", json.dumps(connection))
+    hook = IcebergSparkConnectHook("spark_connect_token")
+    url, server = hook._url()
+    assert token in url
+    assert server == f"127.0.0.1:{port}"
+    spec = DmlSpec(kind=JobKind.DELETE, catalog=CATALOG, table="tests.any", where="TRUE")
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(SparkConnectUnavailableError) as raised:
+        hook.submit(spec, catalog_hook.catalog_config, "token")
+    assert server in str(raised.value)
+    assert token not in str(raised.value)
+    assert token not in caplog.text
+
+
 def test_a_server_without_iceberg_is_named_and_not_retried(spark, catalog_hook, monkeypatch):
     from airflow_iceberg_dml import runtime
     from airflow_iceberg_dml.hooks.spark_submit import properties_file_text, write_private
@@ -550,3 +559,18 @@ def test_dry_run_guards_audits_no_match_and_bad_input_hold_over_spark_connect(
     assert table.scan().to_arrow().num_rows == rows_left
     assert (table.current_snapshot().snapshot_id == head) is (rows_left == 300)
     assert set(table.refs()) == {"main"}
+
+
+def test_a_server_wide_setting_in_spark_conf_is_named_and_not_retried(spark, catalog_hook, connect_server):
+    from airflow_iceberg_dml.spec import DmlSpec, JobKind
+
+    name = create_orders_table(spark, new_table_name("connect_conf"), rows=30)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    spec = DmlSpec(kind=JobKind.DELETE, catalog=CATALOG, table=name, where="order_id = 1")
+    hook = IcebergSparkConnectHook(SPARK_CONN_ID, {"spark.executor.memory": "2g"})
+    with pytest.raises(
+        SparkConnectServerError, match=r"spark_conf 'spark.executor.memory' cannot be set"
+    ) as raised:
+        hook.submit(spec, catalog_hook.catalog_config, "server-wide-conf")
+    assert not raised.value.retryable
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head

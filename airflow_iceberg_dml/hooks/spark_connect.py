@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from airflow_iceberg_dml.exceptions import SparkConnectServerError, SparkConnect
 from airflow_iceberg_dml.spec import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from pydantic import JsonValue
     from pyspark.sql.connect.session import SparkSession
@@ -86,6 +87,34 @@ def version_mismatch(client: str, server: str) -> str | None:
     )
 
 
+def open_session(url: str) -> SparkSession:
+    """A new session on the Spark Connect server at ``url`` (or the one its ``session_id`` names).
+
+    Creating it switches the whole process to Spark Connect (PySpark sets an environment variable
+    that its ``functions`` read). The jobs pick their functions per session
+    (:func:`airflow_iceberg_dml.jobs.runner.functions`), so the switch is undone here: classic
+    sessions this process may still start keep working.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    had_mode = os.environ.get(_CONNECT_MODE_ENV)
+    try:
+        return ConnectSession.builder.remote(url).create()
+    finally:
+        if had_mode is None:
+            os.environ.pop(_CONNECT_MODE_ENV, None)
+
+
+@contextmanager
+def connect_session(url: str) -> Iterator[SparkSession]:
+    """:func:`open_session`, stopped (released on the server) when the block ends."""
+    session = open_session(url)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
 def _job_runner(application: str) -> Callable[[Any, Any], JobRecord]:
     """The ``run_spec`` of the job a spec names (the same code spark-submit runs as a driver)."""
     if application == "dml.py":
@@ -132,28 +161,12 @@ class IcebergSparkConnectHook(BaseHook):
             url = f"{url};session_id={session_id}"  # the provider's URL ends in "/" or its parameters
         return url, server
 
-    def _open(self, session_id: str | None = None) -> tuple[SparkSession, str]:
-        """A new session on the server (or the existing ``session_id``), and the server's name."""
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-        url, server = self._url(session_id)
-        had_mode = os.environ.get(_CONNECT_MODE_ENV)
-        try:
-            session = ConnectSession.builder.remote(url).create()
-        finally:
-            # The jobs pick PySpark's Connect functions themselves (jobs.runner.functions); do not switch
-            # every classic session this process may still start.
-            if had_mode is None:
-                os.environ.pop(_CONNECT_MODE_ENV, None)
-        return session, server
-
-    def _check_reachable(self, timeout_s: float = 10.0) -> None:
+    def _check_reachable(self, server: str, timeout_s: float = 10.0) -> None:
         """Fail at once, and retryably, when nothing listens where the connection points.
 
         PySpark's client retries an unreachable server with a growing backoff for minutes; a task is
         better failed now and retried by Airflow with its own policy.
         """
-        server = self._url()[1]
         host, separator, port = server.rpartition(":")
         if not separator:
             host, port = server, ""
@@ -227,8 +240,9 @@ class IcebergSparkConnectHook(BaseHook):
         run_spec = _job_runner(spec.application)
         # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-        self._check_reachable()
-        spark, server = self._open()
+        url, server = self._url()
+        self._check_reachable(server)
+        spark = open_session(url)
         self._session = spark
         try:
             session = ConnectSession(server=server, session_id=spark.session_id)
@@ -263,7 +277,8 @@ class IcebergSparkConnectHook(BaseHook):
         try's commit, if it landed, is then found by its run key like any other.
         """
         try:
-            spark, server = self._open(session.session_id)
+            url, server = self._url(session.session_id)
+            spark = open_session(url)
         except Exception as error:  # noqa: BLE001 - nothing to interrupt when it cannot be reached
             self.log.info("The earlier try's Spark Connect session %s: %s", session.session_id, error)
             return []

@@ -96,8 +96,8 @@ class ProgressReporter(threading.Thread):
         self._stopped = threading.Event()
         self._last: dict[int, tuple[int, int]] = {}
         self._lock = threading.Lock()
-        #: Stage id -> (completed tasks, tasks, name), as last told by the Connect server.
-        self._reported: dict[int, tuple[int, int, str]] = {}
+        #: Stage id -> (completed tasks, tasks), as last told by the Connect server.
+        self._reported: dict[int, tuple[int, int]] = {}
         self._connect = is_connect(spark)
         self._sink = _log_sink.get()  # this thread runs outside the job's context
         if self._connect:
@@ -112,12 +112,12 @@ class ProgressReporter(threading.Thread):
                 return
             for stage in stages:
                 if not stage.done:
-                    self._reported[stage.stage_id] = (stage.num_completed_tasks, stage.num_tasks, "")
+                    self._reported[stage.stage_id] = (stage.num_completed_tasks, stage.num_tasks)
 
     def _active(self) -> list[tuple[int, int, int, str]]:
         if self._connect:
             with self._lock:
-                return [(sid, done, total, name) for sid, (done, total, name) in self._reported.items()]
+                return [(stage_id, done, total, "") for stage_id, (done, total) in self._reported.items()]
         tracker = self._spark.sparkContext.statusTracker()
         active = []
         for stage_id in tracker.getActiveStageIds():

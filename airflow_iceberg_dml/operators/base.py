@@ -95,8 +95,11 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
     :param catalog_conn_id: ``iceberg`` connection; also the catalog name unless its extra ``catalog-name``
         names it. ``iceberg_default`` with no such connection is the embedded SQLite catalog; any other id
         must exist (``CatalogConnectionNotFoundError``, no retry).
-    :param spark_conn_id: ``spark`` connection; with no such connection, ``local[*]``.
-    :param spark_conf: Extra Spark configuration for this job (kept off the command line).
+    :param spark_conn_id: Which engine runs the job: a ``spark`` connection (a Spark application per
+        job through spark-submit; with no such connection, ``local[*]``), or a ``spark_connect``
+        connection (the same job as a client of that warm Spark Connect server; docs/engines.md).
+    :param spark_conf: Extra Spark configuration for this job (kept off the command line); over
+        Spark Connect, session settings only (``spark.sql.*``).
     :param snapshot_properties: Your own entries for the commit's snapshot summary, e.g. a batch
         id. The run key is always added. (templated)
     :param branch: Change this branch instead of ``main``; it must exist. (templated)

@@ -92,8 +92,11 @@ class BaseIcebergMaintenanceOperator(
     :param catalog_conn_id: ``iceberg`` connection; also the catalog name unless its extra ``catalog-name``
         names it. ``iceberg_default`` with no such connection is the embedded SQLite catalog; any other id
         must exist (``CatalogConnectionNotFoundError``, no retry).
-    :param spark_conn_id: ``spark`` connection; with no such connection, ``local[*]``.
-    :param spark_conf: Extra Spark configuration for this job (kept off the command line).
+    :param spark_conn_id: Which engine runs the job: a ``spark`` connection (a Spark application per
+        job through spark-submit; with no such connection, ``local[*]``), or a ``spark_connect``
+        connection (the same job as a client of that warm Spark Connect server; docs/engines.md).
+    :param spark_conf: Extra Spark configuration for this job (kept off the command line); over
+        Spark Connect, session settings only (``spark.sql.*``).
     :param health_thresholds: :class:`~airflow_iceberg_dml.health.HealthThresholds` (or a dict of
         its fields) deciding when the table needs care.
     :param durable: When True (default) and Airflow has a task state store (Airflow 3.3+), a retry on
