@@ -126,6 +126,16 @@ class UnsafeRetentionError(IcebergDmlError, ValueError):
     """``older_than`` is more recent than the safety floor of snapshot expiry or orphan removal."""
 
 
+class InvalidSubjectsError(IcebergDmlError, ValueError):
+    """An erasure's subjects are malformed: a key of the wrong type for its column, a requests query
+    that is not one SELECT returning one column, or both ``subjects`` and ``subjects_query``."""
+
+
+class ErasureIncompleteError(IcebergDmlError):
+    """After a purge, an erased key is still in a file of the table (a protected tag or branch, a
+    snapshot younger than the minimum retention, a file that could not be deleted)."""
+
+
 def error_from_record(error_type: str, message: str, retryable: bool | None = None) -> IcebergDmlError:
     """Rebuild the error a Spark job reported: its class by name, else one with the reported flag.
 

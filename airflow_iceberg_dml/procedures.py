@@ -321,7 +321,16 @@ def check_columns(what: str, columns: Iterable[str], table_columns: Iterable[str
 
 # -- older_than and the safety floor ----------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(d|h|m|days?|hours?|minutes?)\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(d|h|m|s|days?|hours?|minutes?|seconds?)\s*$", re.IGNORECASE)
+_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+
+
+def parse_age(value: str) -> timedelta | None:
+    """An age such as ``"30d"``, ``"72h"``, ``"90m"``, ``"0s"`` as a timedelta; None for other text."""
+    duration = _DURATION.match(value)
+    if duration is None:
+        return None
+    return timedelta(**{_UNITS[duration.group(2)[0].lower()]: float(duration.group(1))})
 
 
 def resolve_older_than(value: object, now: datetime) -> datetime:
@@ -338,10 +347,9 @@ def resolve_older_than(value: object, now: datetime) -> datetime:
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC)
     if isinstance(value, str):
-        duration = _DURATION.match(value)
-        if duration:
-            amount, unit = float(duration.group(1)), duration.group(2)[0].lower()
-            return now - timedelta(**{{"d": "days", "h": "hours", "m": "minutes"}[unit]: amount})
+        age = parse_age(value)
+        if age is not None:
+            return now - age
         try:
             parsed = datetime.fromisoformat(value.strip())
         except ValueError:

@@ -84,6 +84,9 @@ class SummaryKey:
     PLAN = "airflow-iceberg-dml.plan"
     #: One job's own mark: a Spark Connect server's application runs the jobs of many tasks.
     JOB_ID = "airflow-iceberg-dml.job-id"
+    #: An erasure's commits: which request they carry out, and when its bytes must be gone (UTC, ISO 8601).
+    ERASURE_ID = "airflow-iceberg-dml.erasure-id"
+    PURGE_BY = "airflow-iceberg-dml.purge-by"
 
     # Written by Iceberg and Spark.
     SPARK_APP_ID = "spark.app.id"
@@ -157,6 +160,8 @@ class RunKey:
 
 
 ScalarParameter = str | int | float | bool | None
+#: A parameter the jobs bind: a scalar, or a list of them (``column IN :values``).
+Parameter = ScalarParameter | list[ScalarParameter]
 
 
 class JobSpec(Protocol):
@@ -288,7 +293,7 @@ class DmlSpec:
     table: str
     where: str
     assignments: Mapping[str, str] = field(default_factory=dict)
-    parameters: Mapping[str, ScalarParameter] = field(default_factory=dict)
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)
     write_mode: WriteMode = WriteMode.MERGE_ON_READ
     branch: str | None = None
     snapshot_properties: Mapping[str, str] = field(default_factory=dict)
@@ -520,3 +525,95 @@ class MaintenanceSpec:
                 fields["strategy"] = CompactionStrategy(fields["strategy"])
             calls.append(call_type(**fields))
         return cls(calls=tuple(calls), **payload)
+
+
+# -- Privacy erasure: delete subjects' rows, then purge the bytes -----------------------------------------
+
+
+class ErasureMode(StrEnum):
+    """What an erasure task does."""
+
+    ERASE = "erase"
+    """Delete the subjects' rows (merge-on-read: hidden from readers, still in the data files)."""
+    PURGE = "purge"
+    """Rewrite the files that held erased rows, expire the snapshots that still reference them,
+    delete what is left, and verify that no erased key remains anywhere in the table's storage."""
+
+
+@dataclass(frozen=True)
+class ErasureTarget:
+    """One table of an erasure and how its rows name a subject.
+
+    ``column`` holds the subject's key, or, with ``through_table``, the key of rows of that other
+    table whose ``through_subject`` column is the subject's key: ``lineitem.l_orderkey`` through
+    ``orders`` (``through_key="o_orderkey"``, ``through_subject="o_custkey"``).
+    """
+
+    table: str
+    column: str
+    through_table: str | None = None
+    through_key: str | None = None
+    through_subject: str | None = None
+
+
+@dataclass(frozen=True)
+class ErasureSpec:
+    """One erasure request, or the purge of erasures, as the Spark job receives it.
+
+    :param mode: Erase, or purge.
+    :param catalog: Catalog name, the same in Spark and pyiceberg.
+    :param erasure_id: The request's id; every erase commit carries it.
+    :param targets: The tables and their key columns; the tables reached through another come first.
+    :param subjects: The subjects' keys; or none, with ``subjects_query``.
+    :param subjects_query: A SELECT returning the subjects' keys in its only column.
+    :param run_key: The Airflow identity of the task: one commit per table and branch, even on retry.
+    :param snapshot_properties: Summary entries of every erase commit (run key, erasure id, deadline).
+    :param write_mode: The erase commits' row-level write mode.
+    :param conflict_retries: Re-plans after a commit conflict (erase and rewrite alike).
+    :param protected_refs: Tags and branches the erasure must not change; reported when they still
+        reference erased rows.
+    :param purge_ahead_ms: Purge: a table is purged when one of its erasures is due within this time.
+    :param min_retention_ms: Purge: snapshots younger than this are never expired.
+    :param result_path: Where the job writes its :class:`JobRecord`; None when the driver is remote.
+    """
+
+    application: ClassVar[str] = "erase.py"
+
+    mode: ErasureMode
+    catalog: str
+    erasure_id: str
+    targets: tuple[ErasureTarget, ...]
+    subjects: tuple[ScalarParameter, ...] = ()
+    subjects_query: str | None = None
+    run_key: RunKey | None = None
+    snapshot_properties: Mapping[str, str] = field(default_factory=dict)
+    write_mode: WriteMode = WriteMode.MERGE_ON_READ
+    conflict_retries: int = 2
+    protected_refs: tuple[str, ...] = ()
+    purge_ahead_ms: int = 0
+    min_retention_ms: int = 0
+    result_path: str | None = None
+    version: int = SPEC_VERSION
+
+    @property
+    def table(self) -> str:
+        """The first table (the application is named after it)."""
+        return self.targets[0].table
+
+    def to_json(self) -> str:
+        payload = asdict(self)
+        payload["mode"] = self.mode.value
+        payload["write_mode"] = self.write_mode.value
+        return json.dumps(payload, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ErasureSpec:
+        payload = _spec_payload(text)
+        payload["mode"] = ErasureMode(payload["mode"])
+        payload["write_mode"] = WriteMode(payload["write_mode"])
+        payload["targets"] = tuple(ErasureTarget(**target) for target in payload["targets"])
+        payload["subjects"] = tuple(payload["subjects"])
+        payload["protected_refs"] = tuple(payload["protected_refs"])
+        if payload.get("run_key"):
+            payload["run_key"] = RunKey(**payload["run_key"])
+        return cls(**payload)

@@ -73,7 +73,12 @@ def rewrite_query(
 
 
 def literal(value: object) -> str:
-    """A Spark SQL literal for a parameter value (strings escaped, never spliced raw)."""
+    """A Spark SQL literal for a parameter value (strings escaped, never spliced raw); a list or
+    tuple becomes a parenthesised list of literals, for ``column IN :values``."""
+    if isinstance(value, list | tuple):
+        if not value:
+            raise TypeError("A list parameter needs at least one value.")
+        return "(" + ", ".join(literal(item) for item in value) + ")"
     if value is None:
         return "NULL"
     if isinstance(value, bool):

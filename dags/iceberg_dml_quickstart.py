@@ -23,16 +23,13 @@ the ``iceberg_default`` and ``spark_default`` connections.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, task
 
+from airflow_iceberg_dml.demo import tpch_tables
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
@@ -40,37 +37,18 @@ from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 
 TABLE = "demo.orders"
 SCALE_FACTOR = "0.01"
-INSTALL_QUICKSTART = 'pip install "airflow-iceberg-dml[quickstart]"'
-
-
-def tpchgen_cli(python: str = sys.executable) -> str:
-    """The ``tpchgen-cli`` program: beside this interpreter (its virtualenv), else on the PATH."""
-    beside = Path(python).with_name("tpchgen-cli")
-    found = str(beside) if beside.is_file() else shutil.which("tpchgen-cli")
-    if found is None:
-        raise FileNotFoundError(
-            "The quickstart generates its TPC-H data with tpchgen-cli, which is not installed. "
-            f"Install the quickstart extra into the Airflow environment: {INSTALL_QUICKSTART}"
-        )
-    return found
 
 
 @task
 def create_demo_table(catalog_conn_id: str = "iceberg_default") -> int:
     """Generate TPC-H orders and (re)create the partitioned, merge-on-read demo table."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform, YearTransform
     from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, NestedField, StringType
 
-    with tempfile.TemporaryDirectory() as folder:
-        subprocess.run(
-            [tpchgen_cli(), "parquet", "-s", SCALE_FACTOR, "--tables", "orders", "--output-dir", folder],
-            check=True,
-        )
-        generated = pq.read_table(Path(folder) / "orders.parquet")
+    generated = tpch_tables(SCALE_FACTOR, "orders")["orders"]
 
     schema = Schema(
         NestedField(1, "o_orderkey", LongType(), required=True),

@@ -85,8 +85,27 @@ def test_bound_strings_cannot_break_out_of_their_literal():
 
 
 def test_literal_rejects_unsupported_types():
-    with pytest.raises(TypeError, match="list"):
-        sql.literal([1, 2])
+    with pytest.raises(TypeError, match="dict"):
+        sql.literal({"a": 1})
+    with pytest.raises(TypeError, match="at least one value"):
+        sql.literal([])
+
+
+def test_a_list_parameter_binds_as_a_list_of_literals_for_in():
+    bound = sql.bind_parameters("id IN :ids AND name = ':ids'", {"ids": [1, 2**40, "o'k"]})
+    assert bound == "id IN (1, 1099511627776L, 'o\\'k') AND name = ':ids'"
+
+
+def test_an_age_is_read_in_days_hours_minutes_or_seconds():
+    from datetime import timedelta
+
+    from airflow_iceberg_dml.procedures import parse_age
+
+    assert parse_age("30d") == timedelta(days=30)
+    assert parse_age("12h") == timedelta(hours=12)
+    assert parse_age("90m") == timedelta(minutes=90)
+    assert parse_age("0s") == timedelta(0)
+    assert parse_age("soon") is None
 
 
 # -- catalog mapping -----------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def _run_the_chained_example_with_its_defaults(catalog_hook, table_name: str, re
 
 
 def test_without_tpchgen_cli_the_quickstart_says_which_extra_to_install(tmp_path, monkeypatch):
-    from dags.iceberg_dml_quickstart import tpchgen_cli
+    from airflow_iceberg_dml.demo import tpchgen_cli
 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(FileNotFoundError, match=re.escape('pip install "airflow-iceberg-dml[quickstart]"')):
@@ -90,7 +90,7 @@ def test_without_tpchgen_cli_the_quickstart_says_which_extra_to_install(tmp_path
 
 
 def test_tpchgen_cli_is_found_beside_the_interpreter_or_on_the_path(tmp_path, monkeypatch):
-    from dags.iceberg_dml_quickstart import tpchgen_cli
+    from airflow_iceberg_dml.demo import tpchgen_cli
 
     venv_bin, path_bin = tmp_path / "venv", tmp_path / "bin"
     for folder in (venv_bin, path_bin):

@@ -125,6 +125,10 @@ def _job_runner(application: str) -> Callable[[Any, Any], JobRecord]:
         from airflow_iceberg_dml.jobs.maintenance import run_spec as run_maintenance
 
         return run_maintenance
+    if application == "erase.py":
+        from airflow_iceberg_dml.jobs.erase import run_spec as run_erasure
+
+        return run_erasure
     raise ValueError(f"No job runs {application!r} over Spark Connect.")
 
 

@@ -1,0 +1,539 @@
+"""IcebergEraseOperator: erase data subjects' rows from Iceberg tables, purge the bytes, prove it.
+
+One operator, two modes (docs/erasure.md has the timeline)::
+
+    mode="erase"   one DELETE per table (all subjects at once), merge-on-read: the rows are hidden from
+                   every reader at once; each commit carries the erasure id and its purge deadline
+                   (purge_within after the erasure)
+    mode="purge"   for each table whose erasures are due: rewrite the data files that held erased
+                   rows, drop unprotected tags that still reference them, expire the snapshots that
+                   still do, delete what is left, then read every file of the table without delete
+                   files to verify that no erased key remains
+
+Both modes write a report (the XCom value, the asset event's extra and a JSON file) that names the
+request, counts the subjects and never holds their keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.sdk import Asset, AssetAlias
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.exceptions import (
+    ErasureIncompleteError,
+    InvalidSubjectsError,
+    UnknownColumnError,
+)
+from airflow_iceberg_dml.hooks.catalog import summary_of
+from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
+from airflow_iceberg_dml.operators.base import table_asset_uri
+from airflow_iceberg_dml.operators.spark_job import (
+    BaseIcebergSparkJobOperator,
+    JobPlan,
+    commit_properties,
+    is_template,
+    run_key,
+)
+from airflow_iceberg_dml.procedures import parse_age
+from airflow_iceberg_dml.result import rows_deleted
+from airflow_iceberg_dml.spec import (
+    ErasureMode,
+    ErasureSpec,
+    ErasureTarget,
+    SummaryKey,
+    WriteMode,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from airflow.sdk import Context
+    from pyiceberg.table import Table
+
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.spec import JobRecord, ScalarParameter
+
+#: What a report may say of the erasure as a whole.
+ERASED, PURGED, NOT_DUE, NOTHING_PENDING, INCOMPLETE, NOOP = (
+    "erased",
+    "purged",
+    "not-due",
+    "nothing-pending",
+    "incomplete",
+    "noop",
+)
+_QUERY_START = re.compile(r"^\s*\(*\s*(select|with)\b", re.IGNORECASE)
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+@dataclass(frozen=True)
+class Through:
+    """A table whose rows name a subject through another table's rows.
+
+    ``Through("l_orderkey", table="tpch.orders", key="o_orderkey", subject="o_custkey")``: the rows whose
+    ``l_orderkey`` is the ``o_orderkey`` of a ``tpch.orders`` row whose ``o_custkey`` is a subject.
+    """
+
+    column: str
+    table: str
+    key: str
+    subject: str
+
+
+def _targets(tables: Mapping[str, str | Through]) -> tuple[ErasureTarget, ...]:
+    """The spec's targets, the tables reached through another first (erased before that one is)."""
+    if not tables:
+        raise ValueError("tables must name at least one table and its key column.")
+    targets = []
+    for table, key in tables.items():
+        sql.split_table_name(table)
+        if isinstance(key, Through):
+            sql.split_table_name(key.table)
+            targets.append(ErasureTarget(table, key.column, key.table, key.key, key.subject))
+        elif isinstance(key, str) and key.strip():
+            targets.append(ErasureTarget(table, key))
+        else:
+            raise ValueError(f"tables[{table!r}] must be a key column name or a Through(...), not {key!r}.")
+    return tuple(sorted(targets, key=lambda target: target.through_table is None))
+
+
+Duration = timedelta | str
+
+
+def duration_ms(name: str, value: Duration) -> int:
+    """A duration given as a timedelta or as an age such as ``"30d"``, ``"12h"``, ``"0s"``, in ms."""
+    age = parse_age(value) if isinstance(value, str) else value
+    if not isinstance(age, timedelta) or age < timedelta(0):
+        raise ValueError(
+            f"{name}={value!r} must be a timedelta of zero or more, or an age like '30d' or '12h'."
+        )
+    return int(age.total_seconds() * 1000)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
+    """Erase data subjects' rows from Iceberg tables (``mode="erase"``), and later purge the bytes and
+    prove they are gone (``mode="purge"``). Runs on the engine of ``spark_conn_id``, like every job.
+
+    :param tables: Table (``namespace.table``) to the column holding the subject's key, or to a
+        :class:`Through` for a table whose rows name the subject through another table's rows (for
+        example ``{"tpch.orders": "o_custkey", "tpch.lineitem": Through("l_orderkey",
+        table="tpch.orders", key="o_orderkey", subject="o_custkey")}``).
+    :param subjects: The subjects' keys (integers or strings, thousands are fine), bound as literals.
+        A template may render a list, or its JSON text. Empty: nothing to do, nothing committed.
+        (templated)
+    :param subjects_query: Instead of ``subjects``: a SELECT returning the keys in its one column, e.g.
+        ``"SELECT customer_id FROM privacy.requests WHERE requested_on = DATE'{{ ds }}'"``. (templated)
+    :param request_id: The erasure's id, carried by each of its commits and named by the report. Default:
+        ``<dag_id>.<task_id>.<run_id>``. (templated)
+    :param mode: ``erase`` (default) or ``purge``.
+    :param purge_within: Erase: the deadline by which the purge must remove the bytes, from the
+        erasure's time (default 30 days). Recorded in each erasure commit.
+    :param purge_ahead: Purge: a table is purged once one of its erasures is due within this time
+        (default 7 days), so one rewrite serves every erasure pending on it. ``timedelta(0)`` waits
+        for the deadline; a large value purges at every run.
+    :param min_retention: Purge: snapshots younger than this are never expired (default 1 hour), so
+        running readers keep their snapshot; a snapshot it keeps that still holds erased rows is
+        reported.
+    :param protected_refs: Tags and branches never changed nor dropped (e.g. an audit tag). One that
+        still holds erased rows is named by the verification, which then fails (or warns).
+    :param on_remaining: Purge: ``fail`` (default) when the verification finds an erased key in any
+        file, naming the files and the refs that keep them; ``warn`` to log it and succeed.
+    :param orphan_grace: Purge: a file under the table's location that no snapshot references and that
+        holds an erased key is deleted when it is older than this (default 1 hour): younger, it may
+        belong to a write in progress.
+    :param report_location: Folder (a local path or a URI the catalog's storage can write) for the JSON
+        report ``<request_id>.<mode>.json``. Default: beside the first table, in
+        ``<table location>.erasure-reports``.
+    :param write_mode: Erase: the DELETE's row-level write mode, as for
+        :class:`~airflow_iceberg_dml.operators.delete.IcebergDeleteOperator` (default merge-on-read).
+    :param conflict_retries: Re-plans after a commit conflict with a concurrent writer, for the DELETEs
+        and the rewrites alike (default 2), before ``ConcurrentCommitError`` (retryable).
+    :param catalog_conn_id: ``iceberg`` connection (see
+        :class:`~airflow_iceberg_dml.operators.spark_job.BaseIcebergSparkJobOperator`).
+    :param spark_conn_id: A ``spark`` connection (spark-submit) or a ``spark_connect`` connection.
+    :param spark_conf: Extra Spark configuration for the job.
+    :param durable: Re-attach a retry to the job an earlier try left running (see the base class).
+    """
+
+    template_fields: Sequence[str] = (
+        "subjects",
+        "subjects_query",
+        "request_id",
+        "purge_within",
+        "purge_ahead",
+        "min_retention",
+        "orphan_grace",
+        "report_location",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {"subjects_query": "sql"}
+    ui_color = "#f5d0c9"
+    application_name_prefix: ClassVar[str] = "iceberg-erase"
+
+    def __init__(
+        self,
+        *,
+        tables: Mapping[str, str | Through],
+        subjects: Sequence[ScalarParameter] | str | None = None,
+        subjects_query: str | None = None,
+        request_id: str | None = None,
+        mode: ErasureMode | str = ErasureMode.ERASE,
+        purge_within: Duration = timedelta(days=30),
+        purge_ahead: Duration = timedelta(days=7),
+        min_retention: Duration = timedelta(hours=1),
+        protected_refs: Sequence[str] = (),
+        on_remaining: str = "fail",
+        orphan_grace: Duration = timedelta(hours=1),
+        report_location: str | None = None,
+        write_mode: WriteMode | str = WriteMode.MERGE_ON_READ,
+        conflict_retries: int = 2,
+        **kwargs: Any,
+    ) -> None:
+        targets = _targets(tables)
+        super().__init__(table=next(iter(tables)), **kwargs)
+        if (subjects is None) == (subjects_query is None):
+            raise TypeError(
+                "Give the subjects either as subjects=[...] or as subjects_query=..., one of them."
+            )
+        if on_remaining not in ("fail", "warn"):
+            raise ValueError(f"on_remaining={on_remaining!r} must be 'fail' or 'warn'.")
+        if (
+            isinstance(conflict_retries, bool)
+            or not isinstance(conflict_retries, int)
+            or conflict_retries < 0
+        ):
+            raise ValueError(f"conflict_retries={conflict_retries!r} must be an integer >= 0.")
+        self.tables = dict(tables)
+        self.targets = targets
+        self.subjects = subjects
+        self.subjects_query = subjects_query
+        self.request_id = request_id
+        self.mode = ErasureMode(mode)
+        self.purge_within = purge_within
+        self.purge_ahead = purge_ahead
+        self.min_retention = min_retention
+        self.orphan_grace = orphan_grace
+        for name in ("purge_within", "purge_ahead", "min_retention", "orphan_grace"):
+            if not is_template(getattr(self, name)):
+                duration_ms(name, getattr(self, name))  # a bad value fails when the DAG is parsed
+        self.protected_refs = tuple(protected_refs)
+        self.on_remaining = on_remaining
+        self.report_location = report_location
+        self.write_mode = WriteMode(write_mode)
+        self.conflict_retries = conflict_retries
+        identity = f"{self.dag_id}.{self.task_id}" if self.has_dag() else self.task_id  # type: ignore[no-untyped-call]
+        self._outlet = AssetAlias(name=f"iceberg-erasure:{self.catalog_conn_id}:{identity}")
+        self.outlets = [*self.outlets, self._outlet]
+
+    # -- the spec: pure --------------------------------------------------------------------------------
+
+    def subject_keys(self) -> list[ScalarParameter] | None:
+        """The rendered ``subjects`` as a list (None with ``subjects_query``), each key checked."""
+        if self.subjects_query is not None:
+            return None
+        subjects: Any = self.subjects
+        if isinstance(subjects, str):
+            try:
+                subjects = json.loads(subjects) if subjects.strip() else []
+            except ValueError:
+                raise InvalidSubjectsError(
+                    "subjects rendered to text that is not a JSON list of keys (set "
+                    "render_template_as_native_obj=True on the DAG, or render JSON)."
+                ) from None
+        if not isinstance(subjects, list | tuple):
+            raise InvalidSubjectsError(f"subjects must be a list of keys, not {type(subjects).__name__}.")
+        for key in subjects:
+            if value_kind(key) is None:
+                raise InvalidSubjectsError(
+                    f"subjects: every key must be an integer or a string; found a {type(key).__name__}."
+                )
+        return list(subjects)
+
+    def erasure_id(self, context: Context) -> str:
+        if self.request_id is not None and str(self.request_id).strip():
+            return str(self.request_id).strip()
+        key = run_key(context)
+        return f"{key.dag_id}.{key.task_id}.{key.run_id}"
+
+    def build_spec(self, context: Context, tables: Mapping[str, Table]) -> ErasureSpec:
+        """The job spec, its input checked against the tables' schemas (no Spark, no key leaves here)."""
+        subjects = self.subject_keys()
+        query = self.subjects_query
+        if query is not None:
+            problem = sql.expression_problem(query)
+            if problem or not _QUERY_START.match(query):
+                raise InvalidSubjectsError(
+                    "subjects_query must be one SELECT (or WITH ... SELECT) returning the subjects' keys"
+                    + (f": {problem}" if problem else f", not {query.strip()[:40]!r}.")
+                )
+        for target in self.targets:
+            key_type = _column_type(tables[target.table], target.table, target.column)
+            subject_column = (target.through_table or target.table, target.through_subject or target.column)
+            subject_type = _column_type(tables[subject_column[0]], *subject_column)
+            if target.through_table is not None:
+                _column_type(tables[target.through_table], target.through_table, target.through_key or "")
+            if key_kind(key_type) is None:
+                raise InvalidSubjectsError(
+                    f"{target.table}.{target.column} is {key_type}: erasure keys must be integers or strings."
+                )
+            for key in subjects or ():
+                if value_kind(key) != key_kind(subject_type):
+                    raise InvalidSubjectsError(
+                        f"subjects: a {type(key).__name__} key cannot name rows of "
+                        f"{subject_column[0]}.{subject_column[1]} ({subject_type})."
+                    )
+        erasure_id = self.erasure_id(context)
+        deadline = datetime.now(tz=UTC) + timedelta(
+            milliseconds=duration_ms("purge_within", self.purge_within)
+        )
+        own = {SummaryKey.ERASURE_ID: erasure_id, SummaryKey.PURGE_BY: _iso(deadline)}
+        return ErasureSpec(
+            mode=self.mode,
+            catalog=next(iter(tables.values())).catalog.name,
+            erasure_id=erasure_id,
+            targets=self.targets,
+            subjects=tuple(subjects or ()),
+            subjects_query=query,
+            run_key=run_key(context),
+            snapshot_properties=commit_properties(context, own) if self.mode is ErasureMode.ERASE else {},
+            write_mode=self.write_mode,
+            conflict_retries=self.conflict_retries,
+            protected_refs=self.protected_refs,
+            purge_ahead_ms=duration_ms("purge_ahead", self.purge_ahead),
+            min_retention_ms=duration_ms("min_retention", self.min_retention),
+        )
+
+    # -- the lifecycle --------------------------------------------------------------------------------
+
+    def plan(
+        self, context: Context, catalog_hook: IcebergCatalogHook, table: Table, started: float
+    ) -> JobPlan[float] | dict[str, Any]:
+        names = {target.table for target in self.targets} | {
+            target.through_table for target in self.targets if target.through_table
+        }
+        tables = {name: catalog_hook.load_table(name) for name in sorted(names)}
+        spec = self.build_spec(context, tables)
+        if spec.subjects_query is None and not spec.subjects:
+            self.log.info("No subject to erase: nothing to do, nothing committed, no Spark job.")
+            return self._report(context, catalog_hook, spec, None, started)
+        self.log.info(
+            "%s of erasure %s: %s subject(s) on %s",
+            self.mode.value.capitalize(),
+            spec.erasure_id,
+            len(spec.subjects) if spec.subjects_query is None else "the requests query's",
+            ", ".join(target.table for target in spec.targets),
+        )
+        self._spec = spec
+        return JobPlan(spec, time.time())
+
+    def collect(
+        self,
+        context: Context,
+        catalog_hook: IcebergCatalogHook,
+        plan: JobPlan[float],
+        record: JobRecord | None,
+        started: float,
+    ) -> dict[str, Any]:
+        return self._report(context, catalog_hook, plan.spec, record, started)  # type: ignore[arg-type]
+
+    def _report(
+        self,
+        context: Context,
+        catalog_hook: IcebergCatalogHook,
+        spec: ErasureSpec,
+        record: JobRecord | None,
+        started: float,
+    ) -> dict[str, Any]:
+        details: dict[str, Any] = dict(record.details) if record is not None else {}
+        tables: dict[str, Any] = dict(details.get("tables", {}))
+        report: dict[str, Any] = {
+            "request_id": spec.erasure_id,
+            "mode": spec.mode.value,
+            "subjects": int(details.get("subjects", 0)),
+            "status": NOOP,
+            "tables": tables,
+            "finished_at": _iso(datetime.now(tz=UTC)),
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+        if record is None and spec.subjects_query is not None:
+            report["status"] = "unknown"  # a remote driver: its report is in the driver's log
+        elif spec.mode is ErasureMode.ERASE:
+            self._erase_numbers(catalog_hook, tables)
+            if any(entry.get("commits") for entry in tables.values()):
+                report["status"] = ERASED
+                report["purge_by"] = spec.snapshot_properties.get(SummaryKey.PURGE_BY)
+        else:
+            report["files_deleted"] = self._delete_leftovers(catalog_hook, tables)
+            statuses = {entry.get("status") for entry in tables.values()}
+            verified = [entry["verification"] for entry in tables.values() if "verification" in entry]
+            if verified and not all(check["clean"] for check in verified):
+                report["status"] = INCOMPLETE
+            elif PURGED in statuses:
+                report["status"] = PURGED
+            elif NOT_DUE in statuses:
+                report["status"] = NOT_DUE
+            elif tables:
+                report["status"] = NOTHING_PENDING
+            report["verified"] = bool(verified) and all(check["clean"] for check in verified)
+        report["report_path"] = self._write_report(catalog_hook, report)
+        return report
+
+    def _erase_numbers(self, catalog_hook: IcebergCatalogHook, tables: dict[str, Any]) -> None:
+        """Rows deleted and delete files added per table, from the commits' own summaries."""
+        for name, entry in tables.items():
+            table = catalog_hook.load_table(name)
+            deleted = delete_files = 0
+            for snapshot_text in entry.get("commits", {}).values():
+                snapshot = table.snapshot_by_id(int(snapshot_text))
+                if snapshot is None:
+                    continue
+                summary = summary_of(snapshot)
+                parent = (
+                    table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+                )
+                deleted += rows_deleted(summary, summary_of(parent) if parent is not None else None)
+                delete_files += int(summary.get(SummaryKey.ADDED_DELETE_FILES) or 0)
+            entry["rows_deleted"] = deleted
+            entry["delete_files_added"] = delete_files
+
+    def _delete_leftovers(self, catalog_hook: IcebergCatalogHook, tables: dict[str, Any]) -> list[str]:
+        """Delete the files that hold erased keys and that no snapshot references (older than
+        ``orphan_grace``); what is deleted and gone leaves the verification's ``remaining``."""
+        deleted: list[str] = []
+        now_ms = int(time.time() * 1000)
+        for name, entry in tables.items():
+            check = entry.get("verification")
+            if not check:
+                continue
+            io = catalog_hook.load_table(name).io
+            kept = []
+            for item in check["remaining"]:
+                modified = item.get("modified_ms") or now_ms
+                if item["referenced"] or now_ms - modified < duration_ms("orphan_grace", self.orphan_grace):
+                    kept.append(item)
+                    continue
+                io.delete(item["file"])
+                if io.new_input(item["file"]).exists():
+                    item["delete_failed"] = True
+                    kept.append(item)
+                    continue
+                self.log.info(
+                    "%s: deleted %s (no snapshot referenced it; it held erased keys)", name, item["file"]
+                )
+                deleted.append(item["file"])
+            check["remaining"] = kept
+            check["clean"] = not kept
+        return deleted
+
+    def _report_folder(self, catalog_hook: IcebergCatalogHook) -> str:
+        if self.report_location:
+            return str(self.report_location).rstrip("/")
+        return catalog_hook.load_table(self.targets[0].table).location().rstrip("/") + ".erasure-reports"
+
+    def _write_report(self, catalog_hook: IcebergCatalogHook, report: dict[str, Any]) -> str:
+        name = _SAFE_NAME.sub("_", f"{report['request_id']}.{report['mode']}") + ".json"
+        path = f"{self._report_folder(catalog_hook)}/{name}"
+        io = catalog_hook.load_table(self.targets[0].table).io
+        with io.new_output(path).create(overwrite=True) as stream:
+            stream.write(json.dumps({**report, "report_path": path}, indent=2, sort_keys=True).encode())
+        return path
+
+    def report(self, context: Context, result: dict[str, Any]) -> None:
+        for name, entry in result["tables"].items():
+            self._log_table(name, entry)
+        self.log.info("Erasure report (%s): %s", result["status"], result["report_path"])
+        remaining = [
+            (name, item)
+            for name, entry in result["tables"].items()
+            for item in entry.get("verification", {}).get("remaining", [])
+        ]
+        if remaining:
+            places = "; ".join(
+                f"{name}: {item['file']} ({item['rows']} row(s), "
+                + (
+                    f"referenced by {', '.join(item['refs']) or 'snapshots kept by min_retention'}"
+                    if item["referenced"]
+                    else "on storage, referenced by no snapshot"
+                )
+                + ")"
+                for name, item in remaining
+            )
+            message = f"Erasure {result['request_id']} is not complete: erased keys remain in {places}."
+            if self.on_remaining == "fail":
+                context["ti"].xcom_push(key="erasure_report", value=result)
+                raise ErasureIncompleteError(message + f" Report: {result['report_path']}.")
+            self.log.warning("%s (on_remaining='warn')", message)
+        changed = result["status"] in (ERASED, PURGED)
+        if not changed:
+            return
+        for name, entry in result["tables"].items():
+            if not entry.get("commits") and entry.get("status") != PURGED:
+                continue
+            extra = {
+                "request_id": result["request_id"],
+                "mode": result["mode"],
+                "subjects": result["subjects"],
+                "status": result["status"],
+                "commits": entry.get("commits", {}),
+                "verified": entry.get("verification", {}).get("clean"),
+                "report_path": result["report_path"],
+            }
+            asset = Asset(uri=table_asset_uri(self.catalog_conn_id, name))
+            context["outlet_events"][self._outlet].add(asset, extra=extra)
+
+    def _log_table(self, name: str, entry: Mapping[str, Any]) -> None:
+        if self.mode is ErasureMode.ERASE:
+            commits = entry.get("commits", {})
+            self.log.info(
+                "%s: %s key(s) via %s; %s",
+                name,
+                entry.get("keys"),
+                entry.get("column"),
+                ", ".join(f"snapshot {snapshot} on {ref}" for ref, snapshot in commits.items())
+                + f": {entry.get('rows_deleted', 0)} row(s) deleted"
+                if commits
+                else "no row matched, nothing committed",
+            )
+            return
+        self.log.info(
+            "%s: %s; %d data file(s) held erased rows, %d rewritten, %d tag(s) dropped, %d snapshot(s) "
+            "expired, %d file(s) deleted by expiry; verification %s",
+            name,
+            entry.get("status"),
+            entry.get("data_files_with_erased_rows", 0),
+            entry.get("data_files_rewritten", 0),
+            len(entry.get("tags_dropped", [])),
+            entry.get("snapshots_expired", 0),
+            entry.get("files_deleted_by_expiry", 0),
+            "clean"
+            if entry.get("verification", {}).get("clean")
+            else "not clean"
+            if "verification" in entry
+            else "not run",
+        )
+
+
+def _column_type(table: Table, name: str, column: str) -> str:
+    """The pyiceberg type of a column, in Spark's words for the key types (``bigint``, ``string``)."""
+    from pyiceberg.types import IntegerType, LongType, StringType
+
+    for field in table.schema().fields:
+        if field.name.lower() == column.lower():
+            if isinstance(field.field_type, LongType):
+                return "bigint"
+            if isinstance(field.field_type, IntegerType):
+                return "int"
+            return "string" if isinstance(field.field_type, StringType) else str(field.field_type)
+    raise UnknownColumnError(
+        f"Table {name!r} has no column {column!r} (columns: {sorted(f.name for f in table.schema().fields)})."
+    )

@@ -1,0 +1,411 @@
+"""Privacy erasure end to end: erase, purge, verify; read back independently from the Parquet files.
+
+The DAGs of tests/dags/erasure_test_dag.py run as real Airflow tasks on the session's Spark Connect
+server (``spark_default`` points at it). What the purge leaves on storage is checked by reading every
+Parquet file under the tables' locations with pyarrow, not by the operator's own verification.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError
+from airflow_iceberg_dml.jobs.dml import run_spec as dml_job
+from airflow_iceberg_dml.jobs.erase import REWRITE_OPTIONS, run_spec
+from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+from airflow_iceberg_dml.spec import (
+    CommitPolicy,
+    DmlSpec,
+    ErasureMode,
+    ErasureSpec,
+    ErasureTarget,
+    JobKind,
+    Outcome,
+    RunKey,
+    SummaryKey,
+)
+from tests.conftest import CATALOG, load, run_dag, task_context, task_states, xcom_result
+from tests.dags.erasure_test_dag import VARIANTS, tables_of
+
+#: Customer ids are 9_000_000 + order_id % 100: keys that no count or size in a report can equal.
+BASE = 9_000_000
+SUBJECTS = [BASE + 3, BASE + 17, BASE + 42]
+ORDERS = 2000
+ITEMS_PER_ORDER = 4
+
+
+def create_tables(spark: Any, variant: str) -> tuple[str, str]:
+    """Orders (by customer) and their items, fresh, in the variant's format version and layout."""
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    orders, items = tables_of(variant)
+    version = 3 if variant.startswith("v3") else 2
+    partitioned = variant.endswith("_partitioned")
+    catalog = IcebergCatalogHook(CATALOG).catalog
+    for name in (orders, items):  # an earlier test's table, and every file it left, go
+        if catalog.table_exists(name):
+            location = catalog.load_table(name).location()
+            spark.sql(f"REFRESH TABLE {CATALOG}.{name}")  # others changed it: not this session's copy
+            spark.sql(f"DROP TABLE {CATALOG}.{name} PURGE")
+            shutil.rmtree(location.removeprefix("file:"), ignore_errors=True)
+    properties = f"TBLPROPERTIES ('format-version' = '{version}')"
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{orders} (order_id BIGINT, customer_id BIGINT, status STRING) USING iceberg "
+        + ("PARTITIONED BY (status) " if partitioned else "")
+        + properties
+    )
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{items} (item_id BIGINT, order_id BIGINT, quantity INT) USING iceberg "
+        + ("PARTITIONED BY (quantity) " if partitioned else "")
+        + properties
+    )
+    spark.sql(
+        f"SELECT id AS order_id, {BASE} + id % 100 AS customer_id, "
+        f"element_at(array('O', 'F', 'P'), CAST(id % 3 AS INT) + 1) AS status FROM range(1, {ORDERS + 1})"
+    ).repartition(3).writeTo(f"{CATALOG}.{orders}").append()
+    spark.sql(
+        f"SELECT id AS item_id, id DIV {ITEMS_PER_ORDER} + 1 AS order_id, "
+        f"CAST(id % 2 AS INT) + 1 AS quantity FROM range(0, {ORDERS * ITEMS_PER_ORDER})"
+    ).repartition(3).writeTo(f"{CATALOG}.{items}").append()
+    return orders, items
+
+
+def erased_orders() -> set[int]:
+    return {order for order in range(1, ORDERS + 1) if BASE + order % 100 in SUBJECTS}
+
+
+def holds(path: Path, column: str, keys: set[int]) -> bool:
+    table = pq.read_table(path)
+    return column in table.column_names and bool(keys & set(table[column].to_pylist()))
+
+
+def keys_on_storage(location: str, column: str, keys: set[int]) -> list[str]:
+    """The Parquet files under ``location`` that hold one of ``keys`` in ``column``, read with pyarrow."""
+    return [
+        str(path)
+        for path in Path(location.removeprefix("file:")).rglob("*.parquet")
+        if holds(path, column, keys)
+    ]
+
+
+def live(catalog_hook: Any, name: str, column: str) -> list[int]:
+    return sorted(load(catalog_hook, name).scan(selected_fields=(column,)).to_arrow()[column].to_pylist())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_erase_then_purge_leaves_no_erased_key_in_any_file(
+    variant, spark, catalog_hook, airflow_db, spark_default_over_connect
+):
+    from tests.dags import erasure_test_dag
+
+    orders, items = create_tables(spark, variant)
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE TAG nightly")  # not protected: the purge drops it
+    locations = {name: load(catalog_hook, name).location() for name in (orders, items)}
+    gone = erased_orders()
+
+    dag_run = run_dag(getattr(erasure_test_dag, f"dag_{variant}"), subjects=SUBJECTS)
+
+    assert task_states(dag_run) == {"erase": "success", "purge": "success"}
+    erased, purged = xcom_result(dag_run, "erase"), xcom_result(dag_run, "purge")
+    # One commit per table for all subjects, tagged with the request, the run and the deadline.
+    assert erased["status"] == "erased"
+    assert erased["subjects"] == len(SUBJECTS)
+    assert erased["tables"][orders]["rows_deleted"] == len(gone)
+    assert erased["tables"][items]["rows_deleted"] == len(gone) * ITEMS_PER_ORDER
+    assert erased["tables"][items]["keys"] == len(gone)
+    for name in (orders, items):  # the purge expired the erasure commits themselves
+        assert load(catalog_hook, name).snapshot_by_id(int(erased["tables"][name]["commits"]["main"])) is None
+    # The purge rewrote the files that held erased rows, dropped the tag, expired, and verified.
+    assert purged["status"] == "purged"
+    assert purged["verified"] is True
+    assert purged["tables"][orders]["tags_dropped"] == ["nightly"]
+    for name in (orders, items):
+        entry = purged["tables"][name]
+        assert entry["erasures"] == [f"request-{dag_run.run_id}"]
+        assert 0 < entry["data_files_with_erased_rows"] <= entry["data_files_rewritten"]
+        assert entry["snapshots_expired"] >= 2
+        assert entry["verification"]["clean"] is True
+        assert entry["verification"]["keys_checked"] == (len(SUBJECTS) if name == orders else len(gone))
+    # Independently of the operator: no Parquet file on storage holds an erased key.
+    assert keys_on_storage(locations[orders], "customer_id", set(SUBJECTS)) == []
+    assert keys_on_storage(locations[items], "order_id", gone) == []
+    # Other subjects' rows are intact.
+    assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
+    kept_items = [i for i in range(ORDERS * ITEMS_PER_ORDER) if i // ITEMS_PER_ORDER + 1 not in gone]
+    assert live(catalog_hook, items, "item_id") == kept_items
+    # The report file: the same report, with no subject's key in it.
+    text = Path(purged["report_path"].removeprefix("file:")).read_text()
+    assert json.loads(text)["verified"] is True
+    for report in (text, json.dumps(erased), json.dumps(purged)):
+        assert not any(str(key) in report for key in SUBJECTS)
+
+
+def test_the_erasure_commits_carry_the_request_the_run_and_the_deadline(
+    spark, catalog_hook, airflow_db, spark_default_over_connect
+):
+    orders, _ = create_tables(spark, "v2_unpartitioned")
+    spec = ErasureSpec(
+        mode=ErasureMode.ERASE,
+        catalog=CATALOG,
+        erasure_id="req-1",
+        targets=(ErasureTarget(orders, "customer_id"),),
+        subjects=tuple(SUBJECTS),
+        run_key=RunKey("dag", "erase", "run-1"),
+        snapshot_properties={
+            **RunKey("dag", "erase", "run-1").summary_properties(1),
+            SummaryKey.ERASURE_ID: "req-1",
+            SummaryKey.PURGE_BY: "2026-12-23T00:00:00Z",
+        },
+    )
+    record = run_spec(spark, spec)
+    assert record.outcome is Outcome.COMMITTED
+    snapshot = load(catalog_hook, orders).current_snapshot()
+    summary = snapshot.summary.additional_properties
+    assert str(snapshot.snapshot_id) == record.details["tables"][orders]["commits"]["main"]
+    assert summary[SummaryKey.ERASURE_ID] == "req-1"
+    assert summary[SummaryKey.PURGE_BY] == "2026-12-23T00:00:00Z"
+    assert summary["added-position-deletes"] == str(len(erased_orders()))  # one DELETE for all subjects
+    # A retry of the run commits nothing more; a purge before the deadline purges nothing.
+    assert run_spec(spark, spec).details["tables"][orders]["commits"] == {"main": str(snapshot.snapshot_id)}
+    assert load(catalog_hook, orders).current_snapshot().snapshot_id == snapshot.snapshot_id
+    purge = ErasureSpec(
+        mode=ErasureMode.PURGE,
+        catalog=CATALOG,
+        erasure_id="purge",
+        targets=spec.targets,
+        subjects=spec.subjects,
+    )
+    entry = run_spec(spark, purge).details["tables"][orders]
+    assert entry["status"] == "not-due"
+    assert entry["next_deadline"] == "2026-12-23T00:00:00Z"
+    assert load(catalog_hook, orders).current_snapshot().snapshot_id == snapshot.snapshot_id
+
+
+def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_is_deleted(
+    spark, catalog_hook, airflow_db, spark_default_over_connect
+):
+    from tests.dags.erasure_test_dag import dag_v3_partitioned as dag
+
+    orders, items = create_tables(spark, "v3_partitioned")
+    table = load(catalog_hook, orders)
+    data_dir = Path(table.location().removeprefix("file:")) / "data"
+    erase = IcebergEraseOperator(task_id="erase", tables=tables_of("v3_partitioned"), subjects=SUBJECTS)
+    tables = {name: load(catalog_hook, name) for name in (orders, items)}
+    record = run_spec(spark, erase.build_spec(task_context(RunKey("d", "erase", "r")), tables))
+    assert record.outcome is Outcome.COMMITTED
+    # A purge that was killed after its rewrites: they are done, nothing is expired yet.
+    keep = next(path for path in data_dir.rglob("*.parquet") if holds(path, "customer_id", set(SUBJECTS)))
+    options = ", ".join(f"'{k}', '{v}'" for k, v in REWRITE_OPTIONS.items())
+    for name in (orders, items):
+        spark.sql(f"CALL {CATALOG}.system.rewrite_data_files(table => '{name}', options => map({options}))")
+    # ... and a copy of a file that held erased rows, left on storage (a failed delete).
+    leftover = keep.with_name("left-behind.parquet")
+    shutil.copy2(keep, leftover)
+
+    dag_run = run_dag(dag, subjects=SUBJECTS)
+
+    assert task_states(dag_run) == {"erase": "success", "purge": "success"}
+    report = xcom_result(dag_run, "purge")
+    for name in (orders, items):
+        purged = report["tables"][name]
+        assert purged["status"] == "purged"
+        assert purged["data_files_rewritten"] == 0  # the killed run had done it
+        assert purged["snapshots_expired"] >= 2
+        assert purged["verification"]["clean"] is True
+    assert [path.removeprefix("file:") for path in report["files_deleted"]] == [str(leftover)]
+    assert not leftover.exists()
+    assert keys_on_storage(table.location(), "customer_id", set(SUBJECTS)) == []
+    assert keys_on_storage(tables[items].location(), "order_id", erased_orders()) == []
+
+
+def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it(
+    spark, catalog_hook, airflow_db, spark_default_over_connect
+):
+    from airflow.sdk.exceptions import AirflowFailException  # noqa: F401 - the task's failure class
+
+    from tests.dags.erasure_test_dag import dag_v2_partitioned as dag
+
+    orders, items = create_tables(spark, "v2_partitioned")
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE TAG audit")
+
+    dag_run = run_dag(dag, subjects=SUBJECTS)
+
+    assert task_states(dag_run) == {"erase": "success", "purge": "failed"}
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = (
+            session.query(XComModel)
+            .filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id="purge", key="erasure_report")
+            .one()
+        )
+        report = row.value
+    assert report["status"] == "incomplete"
+    remaining = report["tables"][orders]["verification"]["remaining"]
+    assert remaining
+    assert all(item["refs"] == ["audit"] for item in remaining)
+    assert report["tables"][items]["verification"]["clean"] is True
+    assert keys_on_storage(load(catalog_hook, items).location(), "order_id", erased_orders()) == []
+
+
+def test_bad_input_is_refused_before_anything_is_written(spark, catalog_hook):
+    orders, _ = create_tables(spark, "v2_unpartitioned")
+    table = load(catalog_hook, orders)
+    context = task_context(RunKey("d", "erase", "r"))
+
+    def spec(**kwargs: Any) -> ErasureSpec:
+        tables = kwargs.pop("tables", {orders: "customer_id"})
+        kwargs.setdefault("subjects", SUBJECTS)
+        return IcebergEraseOperator(task_id="erase", tables=tables, **kwargs).build_spec(
+            context, {orders: table}
+        )
+
+    with pytest.raises(UnknownColumnError, match="no column 'user_id'"):
+        spec(tables={orders: "user_id"})
+    with pytest.raises(InvalidSubjectsError, match=r"a str key cannot name rows of .*customer_id \(bigint\)"):
+        spec(subjects=["9000003"])
+    with pytest.raises(InvalidSubjectsError, match="one SELECT"):
+        spec(subjects=None, subjects_query="DELETE FROM privacy.requests")
+    with pytest.raises(InvalidSubjectsError, match="';' is not allowed"):
+        spec(subjects=None, subjects_query="SELECT 1; DROP TABLE x")
+    with pytest.raises(TypeError, match="one of them"):
+        IcebergEraseOperator(
+            task_id="e", tables={orders: "customer_id"}, subjects=[1], subjects_query="SELECT 1"
+        )
+    with pytest.raises(ValueError, match="Through"):
+        IcebergEraseOperator(task_id="e", tables={orders: 7}, subjects=[1])  # type: ignore[dict-item]
+    # The job checks what only Spark can tell: the requests query's type, shape, and that it is a query.
+    head = table.current_snapshot().snapshot_id
+    targets = (ErasureTarget(orders, "customer_id"),)
+    for query, problem in [
+        ("SELECT 'a' AS k", "returns string keys, which cannot name rows of .*customer_id \\(bigint\\)"),
+        ("SELECT 1 AS a, 2 AS b", "one column"),
+        ("SELECT id FROM tests.no_such_requests", "cannot run"),
+    ]:
+        erasure = ErasureSpec(
+            mode=ErasureMode.ERASE, catalog=CATALOG, erasure_id="x", targets=targets, subjects_query=query
+        )
+        record = run_spec(spark, erasure)
+        assert record.error_type == "InvalidSubjectsError", record
+        assert pytest.importorskip("re").search(problem, record.error_message or "")
+    assert load(catalog_hook, orders).current_snapshot().snapshot_id == head
+
+
+def test_an_empty_subject_list_is_a_noop_that_commits_nothing(spark, catalog_hook, airflow_db):
+    from tests.dags.erasure_test_dag import dag_v2_unpartitioned as dag
+
+    orders, items = create_tables(spark, "v2_unpartitioned")
+    heads = {name: load(catalog_hook, name).current_snapshot().snapshot_id for name in (orders, items)}
+
+    dag_run = run_dag(dag, subjects=[])
+
+    assert task_states(dag_run) == {"erase": "success", "purge": "success"}
+    assert xcom_result(dag_run, "erase")["status"] == "noop"
+    assert xcom_result(dag_run, "erase")["subjects"] == 0
+    assert {name: load(catalog_hook, name).current_snapshot().snapshot_id for name in heads} == heads
+
+
+def test_a_concurrent_delete_and_append_during_the_purge_lose_nothing(spark, catalog_hook, connect_server):
+    from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+    from tests.conftest import CONNECT_CONN_ID
+
+    orders, _ = create_tables(spark, "v2_unpartitioned")
+    targets = (ErasureTarget(orders, "customer_id"),)
+    erase = ErasureSpec(
+        mode=ErasureMode.ERASE,
+        catalog=CATALOG,
+        erasure_id="concurrent",
+        targets=targets,
+        subjects=tuple(SUBJECTS),
+        snapshot_properties={
+            SummaryKey.ERASURE_ID: "concurrent",
+            SummaryKey.PURGE_BY: "2026-01-01T00:00:00Z",
+        },
+    )
+    assert run_spec(spark, erase).outcome is Outcome.COMMITTED
+    purge = ErasureSpec(
+        mode=ErasureMode.PURGE,
+        catalog=CATALOG,
+        erasure_id="concurrent",
+        targets=targets,
+        subjects=tuple(SUBJECTS),
+        conflict_retries=5,
+    )
+    outcome: dict[str, Any] = {}
+
+    def run_purge() -> None:
+        hook = IcebergSparkConnectHook(CONNECT_CONN_ID)
+        outcome["record"] = hook.submit(purge, catalog_hook.catalog_config, "purge")
+
+    thread = threading.Thread(target=run_purge)
+    thread.start()
+    # Meanwhile: another subject's orders are deleted (by the DELETE job, which re-plans when the
+    # rewrite replaced its files first), and new orders arrive, one commit at a time.
+    deleted_by_others = {order for order in range(1, ORDERS + 1) if order % 100 == 55}
+    other_delete = DmlSpec(
+        kind=JobKind.DELETE,
+        catalog=CATALOG,
+        table=orders,
+        where=f"customer_id = {BASE + 55}",
+        commit_policy=CommitPolicy(conflict_retries=5),
+    )
+    assert dml_job(spark, other_delete).outcome is Outcome.COMMITTED
+    appended = list(range(ORDERS + 1, ORDERS + 41))
+    for start in range(0, len(appended), 10):
+        batch = appended[start : start + 10]
+        spark.sql(
+            f"INSERT INTO {CATALOG}.{orders} VALUES "
+            + ", ".join(f"({order}, {BASE + 99}, 'O')" for order in batch)
+        )
+    thread.join(timeout=300)
+    record = outcome["record"]
+    assert record.outcome is Outcome.COMMITTED, record
+    expected = (set(range(1, ORDERS + 1)) - erased_orders() - deleted_by_others) | set(appended)
+    assert live(catalog_hook, orders, "order_id") == sorted(expected)
+    if not record.details["tables"][orders]["verification"]["clean"]:
+        record = run_spec(spark, purge)  # a commit that landed after the verification is purged next run
+    assert record.details["tables"][orders]["verification"]["clean"] is True
+    assert keys_on_storage(load(catalog_hook, orders).location(), "customer_id", set(SUBJECTS)) == []
+    assert live(catalog_hook, orders, "order_id") == sorted(expected)
+
+
+def test_the_example_dag_erases_the_requested_customers_and_purges_them_through_spark_submit(
+    catalog_hook, airflow_db
+):
+    """The example DAG as a new user runs it (``demo``), each Spark task a spark-submit application."""
+    import pyarrow.compute as pc
+
+    from airflow_iceberg_dml.demo import tpch_tables
+    from dags.iceberg_privacy_erasure import LINEITEM, ORDERS, SCALE_FACTOR, dag
+
+    dag_run = run_dag(dag, demo=True, purge_ahead="30d", min_retention="0s")
+
+    assert task_states(dag_run) == {
+        "file_demo_requests": "success",
+        "erase_requested": "success",
+        "purge_and_verify": "success",
+    }
+    customers = set(xcom_result(dag_run, "file_demo_requests"))
+    orders = tpch_tables(SCALE_FACTOR, "orders")["orders"].select(["o_orderkey", "o_custkey"])
+    theirs = orders.filter(pc.is_in(orders["o_custkey"], pa.array(sorted(customers))))
+    order_keys = set(theirs["o_orderkey"].to_pylist())
+    erased, purged = xcom_result(dag_run, "erase_requested"), xcom_result(dag_run, "purge_and_verify")
+    assert erased["status"] == "erased"
+    assert erased["subjects"] == len(customers) == 3
+    assert erased["tables"][ORDERS]["rows_deleted"] == theirs.num_rows
+    assert erased["tables"][LINEITEM]["keys"] == len(order_keys)
+    assert purged["status"] == "purged"
+    assert purged["verified"] is True
+    assert keys_on_storage(load(catalog_hook, ORDERS).location(), "o_custkey", customers) == []
+    assert keys_on_storage(load(catalog_hook, LINEITEM).location(), "l_orderkey", order_keys) == []
+    remaining = load(catalog_hook, ORDERS).scan(selected_fields=("o_custkey",)).to_arrow()
+    assert remaining.num_rows == orders.num_rows - theirs.num_rows
