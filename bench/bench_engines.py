@@ -170,7 +170,7 @@ def pyiceberg_update(table_name: str, where: str) -> None:
 
 @dataclass
 class ConnectTrace:
-    """One job over Spark Connect: the hook's ``submit`` and ``_open`` calls, the job's own lines."""
+    """One job over Spark Connect: the hook's ``submit`` and session-opening calls, the job's own lines."""
 
     submits: list[Call]
     opens: list[Call]
@@ -190,6 +190,7 @@ def trace_connect_jobs() -> Iterator[ConnectTrace]:
     The hook hands the job's lines to the task log through ``jobs.runner.log_to``; the wrapper
     stamps each line on its way, behaviour unchanged.
     """
+    from airflow_iceberg_dml.hooks import spark_connect
     from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
     from airflow_iceberg_dml.jobs import runner
 
@@ -209,7 +210,7 @@ def trace_connect_jobs() -> Iterator[ConnectTrace]:
     try:
         with (
             record_calls(IcebergSparkConnectHook, "submit") as submits,
-            record_calls(IcebergSparkConnectHook, "_open") as opens,
+            record_calls(spark_connect, "open_session") as opens,
         ):
             yield ConnectTrace(submits, opens, lines)
     finally:

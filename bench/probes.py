@@ -156,8 +156,9 @@ class Call:
 
 
 @contextmanager
-def record_calls(owner: type, attribute: str) -> Iterator[list[Call]]:
-    """Record when each call of the method ``owner.attribute`` starts and ends inside the block."""
+def record_calls(owner: object, attribute: str) -> Iterator[list[Call]]:
+    """Record when each call of ``owner.attribute`` (a method, or a module's function) starts and ends
+    inside the block."""
     original: Callable[..., Any] = getattr(owner, attribute)
     calls: list[Call] = []
 

@@ -130,6 +130,7 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
     for name in (orders, items):
         entry = purged["tables"][name]
         assert entry["erasures"] == [f"request-{dag_run.run_id}"]
+        assert entry["erasure_snapshots"] == [erased["tables"][name]["commits"]["main"]]
         assert 0 < entry["data_files_with_erased_rows"] <= entry["data_files_rewritten"]
         assert entry["snapshots_expired"] >= 2
         assert entry["verification"]["clean"] is True
@@ -141,10 +142,29 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
     kept_items = [i for i in range(ORDERS * ITEMS_PER_ORDER) if i // ITEMS_PER_ORDER + 1 not in gone]
     assert live(catalog_hook, items, "item_id") == kept_items
+    # Each task's asset events name the request and the commits, not the subjects.
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .filter(AssetModel.uri == f"iceberg://{CATALOG}/{orders.replace('.', '/')}")
+            .filter(AssetEvent.source_run_id == dag_run.run_id)
+            .all()
+        )
+        extras = sorted((event.extra for event in events), key=lambda extra: extra["mode"])
+    assert [(extra["mode"], extra["status"]) for extra in extras] == [
+        ("erase", "erased"),
+        ("purge", "purged"),
+    ]
+    assert extras[0]["commits"] == erased["tables"][orders]["commits"]
+    assert extras[1]["verified"] is True
     # The report file: the same report, with no subject's key in it.
     text = Path(purged["report_path"].removeprefix("file:")).read_text()
     assert json.loads(text)["verified"] is True
-    for report in (text, json.dumps(erased), json.dumps(purged)):
+    for report in (text, json.dumps(erased), json.dumps(purged), json.dumps(extras)):
         assert not any(str(key) in report for key in SUBJECTS)
 
 
@@ -226,17 +246,16 @@ def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_i
     assert keys_on_storage(tables[items].location(), "order_id", erased_orders()) == []
 
 
-def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it(
-    spark, catalog_hook, airflow_db, spark_default_over_connect
+def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it_and_other_branches_are_erased(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path
 ):
-    from airflow.sdk.exceptions import AirflowFailException  # noqa: F401 - the task's failure class
-
     from tests.dags.erasure_test_dag import dag_v2_partitioned as dag
 
     orders, items = create_tables(spark, "v2_partitioned")
     spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE TAG audit")
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE BRANCH dev")  # not protected: erased and purged
 
-    dag_run = run_dag(dag, subjects=SUBJECTS)
+    dag_run = run_dag(dag, subjects=SUBJECTS, report_location=str(tmp_path))
 
     assert task_states(dag_run) == {"erase": "success", "purge": "failed"}
     from airflow.models.xcom import XComModel
@@ -250,6 +269,12 @@ def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it(
         )
         report = row.value
     assert report["status"] == "incomplete"
+    erased = xcom_result(dag_run, "erase")["tables"][orders]
+    assert sorted(erased["commits"]) == ["dev", "main"]
+    assert erased["rows_deleted"] == 2 * len(erased_orders())
+    assert report["report_path"].startswith(f"{tmp_path}/request-manual__")
+    assert report["report_path"].endswith(".purge.json")
+    assert json.loads(Path(report["report_path"]).read_text())["status"] == "incomplete"
     remaining = report["tables"][orders]["verification"]["remaining"]
     assert remaining
     assert all(item["refs"] == ["audit"] for item in remaining)
@@ -409,3 +434,20 @@ def test_the_example_dag_erases_the_requested_customers_and_purges_them_through_
     assert keys_on_storage(load(catalog_hook, LINEITEM).location(), "l_orderkey", order_keys) == []
     remaining = load(catalog_hook, ORDERS).scan(selected_fields=("o_custkey",)).to_arrow()
     assert remaining.num_rows == orders.num_rows - theirs.num_rows
+
+
+def test_thousands_of_subjects_are_one_delete_per_table(spark, catalog_hook):
+    orders, _ = create_tables(spark, "v3_unpartitioned")
+    subjects = tuple(SUBJECTS) + tuple(range(BASE + 1000, BASE + 5000))  # 4,003 keys, 3 of them with rows
+    spec = ErasureSpec(
+        mode=ErasureMode.ERASE,
+        catalog=CATALOG,
+        erasure_id="many",
+        targets=(ErasureTarget(orders, "customer_id"),),
+        subjects=subjects,
+    )
+    before = len(load(catalog_hook, orders).metadata.snapshots)
+    record = run_spec(spark, spec)
+    assert record.details["subjects"] == len(subjects)
+    assert len(load(catalog_hook, orders).metadata.snapshots) == before + 1
+    assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - erased_orders())

@@ -313,6 +313,7 @@ class ErasureJob:
             "keys": len(keys),
             "status": "nothing-pending",
             "erasures": [],
+            "erasure_snapshots": [],
             "next_deadline": None,
             "data_files_with_erased_rows": 0,
             "data_files_rewritten": 0,
@@ -323,6 +324,7 @@ class ErasureJob:
         }
         pending = self._pending_erasures(state)
         out["erasures"] = sorted({erasure_id for _, erasure_id, _ in pending})
+        out["erasure_snapshots"] = [snapshot_id_text(snapshot_id) for snapshot_id, _, _ in sorted(pending)]
         deadlines = [deadline for _, _, deadline in pending if deadline is not None]
         if deadlines:
             out["next_deadline"] = _iso(min(deadlines))

@@ -30,13 +30,14 @@ for variant in VARIANTS:
         schedule=None,
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         render_template_as_native_obj=True,
-        params={"subjects": [], "protected_refs": []},
+        params={"subjects": [], "report_location": ""},
     ) as dag:
         erase = IcebergEraseOperator(
             task_id="erase",
             tables=tables_of(variant),
             subjects="{{ params.subjects }}",
             request_id="request-{{ run_id }}",
+            protected_refs=("audit",),
         )
         purge = IcebergEraseOperator(
             task_id="purge",
@@ -48,6 +49,7 @@ for variant in VARIANTS:
             min_retention=timedelta(0),
             orphan_grace=timedelta(0),
             protected_refs=("audit",),
+            report_location="{{ params.report_location }}",
         )
         erase >> purge
     globals()[f"dag_{variant}"] = dag
