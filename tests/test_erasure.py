@@ -102,7 +102,7 @@ def live(catalog_hook: Any, name: str, column: str) -> list[int]:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_erase_then_purge_leaves_no_erased_key_in_any_file(
-    variant, spark, catalog_hook, airflow_db, spark_default_over_connect
+    variant, spark, catalog_hook, airflow_db, spark_default_over_connect, capfd
 ):
     from tests.dags import erasure_test_dag
 
@@ -113,8 +113,12 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
 
     dag_run = run_dag(getattr(erasure_test_dag, f"dag_{variant}"), subjects=SUBJECTS)
 
+    output = "".join(capfd.readouterr())
     assert task_states(dag_run) == {"erase": "success", "purge": "success"}
     erased, purged = xcom_result(dag_run, "erase"), xcom_result(dag_run, "purge")
+    # The task log shows the statement with its marker, never the subjects' keys.
+    assert "WHERE `customer_id` IN :erased_keys" in output
+    assert not any(str(key) in output for key in SUBJECTS)
     # One commit per table for all subjects, tagged with the request, the run and the deadline.
     assert erased["status"] == "erased"
     assert erased["subjects"] == len(SUBJECTS)

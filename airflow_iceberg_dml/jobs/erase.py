@@ -304,13 +304,12 @@ class ErasureJob:
 
     def _purge(self, target: ErasureTarget, subjects: list[Any]) -> dict[str, Any]:
         spec = self.spec
-        keys = subjects if target.through_table is None else self._raw_keys_through(target, subjects)
         state = TableState(self.spark, spec.catalog, target.table)
         state.refresh()
         out: dict[str, Any] = {
             "column": target.column,
             "through": target.through_table,
-            "keys": len(keys),
+            "keys": 0,
             "status": "nothing-pending",
             "erasures": [],
             "erasure_snapshots": [],
@@ -340,6 +339,9 @@ class ErasureJob:
                 "not due yet, nothing purged."
             )
             return out
+        # Read before anything is purged: the table it goes through still holds the rows (it is purged later).
+        keys = subjects if target.through_table is None else self._raw_keys_through(target, subjects)
+        out["keys"] = len(keys)
         if pending:
             overdue = [entry for entry in pending if entry[2] is not None and entry[2] < self.started_ms]
             if overdue:
