@@ -58,12 +58,12 @@ from bench.common import (
     ratio,
     write_results,
 )
-from bench.probes import Call, record_calls, trace_hook_submits
+from bench.probes import Call, record_calls, stamp_job_lines, trace_hook_submits
 from bench.tables import catalog_hook, local_session
 from bench.tpch import QUICK_SCALE_FACTOR, TpchTables, load
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from airflow.sdk import DAG
 
@@ -192,29 +192,13 @@ def trace_connect_jobs() -> Iterator[ConnectTrace]:
     """
     from airflow_iceberg_dml.hooks import spark_connect
     from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
-    from airflow_iceberg_dml.jobs import runner
 
-    original = runner.log_to
-    lines: list[tuple[float, str]] = []
-
-    @contextmanager
-    def stamped_log_to(sink: Callable[[str], None]) -> Iterator[None]:
-        def stamped(line: str) -> None:
-            lines.append((time.perf_counter(), line))
-            sink(line)
-
-        with original(stamped):
-            yield
-
-    runner.log_to = stamped_log_to
-    try:
-        with (
-            record_calls(IcebergSparkConnectHook, "submit") as submits,
-            record_calls(spark_connect, "open_session") as opens,
-        ):
-            yield ConnectTrace(submits, opens, lines)
-    finally:
-        runner.log_to = original
+    with (
+        stamp_job_lines() as lines,
+        record_calls(IcebergSparkConnectHook, "submit") as submits,
+        record_calls(spark_connect, "open_session") as opens,
+    ):
+        yield ConnectTrace(submits, opens, lines)
 
 
 def _dag(engine: Engine, kind: Kind) -> DAG:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.spec import SummaryKey, WriteMode
 from bench.common import format_ratio, format_seconds, log, median, ratio, write_results
+from bench.probes import stamp_job_lines
 from bench.tables import (
     BASE_TAG,
     CATALOG,
@@ -55,7 +56,7 @@ from bench.tables import (
 from bench.tpch import QUICK_SCALE_FACTOR, load
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Iterator, Sequence
 
     from airflow.sdk import DAG
     from pyspark.sql import SparkSession
@@ -269,31 +270,6 @@ def record_tasks() -> Iterator[list[TaskRun]]:
         yield runs
     finally:
         BaseIcebergSparkJobOperator.execute = original  # type: ignore[method-assign]
-
-
-@contextmanager
-def stamp_job_lines() -> Iterator[list[tuple[float, str]]]:
-    """When each of a job's own lines is logged inside the block (the Connect hook hands them to the
-    task log through ``jobs.runner.log_to``; the wrapper stamps each on its way, behaviour unchanged)."""
-    from airflow_iceberg_dml.jobs import runner
-
-    original = runner.log_to
-    lines: list[tuple[float, str]] = []
-
-    @contextmanager
-    def stamped_log_to(sink: Callable[[str], None]) -> Iterator[None]:
-        def stamped(line: str) -> None:
-            lines.append((time.perf_counter(), line))
-            sink(line)
-
-        with original(stamped):
-            yield
-
-    runner.log_to = stamped_log_to
-    try:
-        yield lines
-    finally:
-        runner.log_to = original
 
 
 @dataclass

@@ -174,3 +174,28 @@ def record_calls(owner: object, attribute: str) -> Iterator[list[Call]]:
         yield calls
     finally:
         setattr(owner, attribute, original)
+
+
+@contextmanager
+def stamp_job_lines() -> Iterator[list[tuple[float, str]]]:
+    """When each of a job's own lines is logged inside the block (the Connect hook hands them to the
+    task log through ``jobs.runner.log_to``; the wrapper stamps each on its way, behaviour unchanged)."""
+    from airflow_iceberg_dml.jobs import runner
+
+    original = runner.log_to
+    lines: list[tuple[float, str]] = []
+
+    @contextmanager
+    def stamped_log_to(sink: Callable[[str], None]) -> Iterator[None]:
+        def stamped(line: str) -> None:
+            lines.append((time.perf_counter(), line))
+            sink(line)
+
+        with original(stamped):
+            yield
+
+    runner.log_to = stamped_log_to
+    try:
+        yield lines
+    finally:
+        runner.log_to = original

@@ -398,6 +398,7 @@ def test_a_concurrent_delete_and_append_during_the_purge_lose_nothing(spark, cat
     thread.join(timeout=300)
     record = outcome["record"]
     assert record.outcome is Outcome.COMMITTED, record
+    assert record.details["tables"][orders]["overdue"] == 1  # its deadline, 2026-01-01, had passed
     expected = (set(range(1, ORDERS + 1)) - erased_orders() - deleted_by_others) | set(appended)
     assert live(catalog_hook, orders, "order_id") == sorted(expected)
     if not record.details["tables"][orders]["verification"]["clean"]:

@@ -314,6 +314,7 @@ class ErasureJob:
             "erasures": [],
             "erasure_snapshots": [],
             "next_deadline": None,
+            "overdue": 0,
             "data_files_with_erased_rows": 0,
             "data_files_rewritten": 0,
             "delete_files_removed": 0,
@@ -343,9 +344,11 @@ class ErasureJob:
         keys = subjects if target.through_table is None else self._raw_keys_through(target, subjects)
         out["keys"] = len(keys)
         if pending:
-            overdue = [entry for entry in pending if entry[2] is not None and entry[2] < self.started_ms]
-            if overdue:
-                log(f"{target.table}: {len(overdue)} erasure commit(s) are past their purge deadline.")
+            out["overdue"] = sum(
+                1 for _, _, deadline in pending if deadline is not None and deadline < self.started_ms
+            )
+            if out["overdue"]:
+                log(f"{target.table}: {out['overdue']} erasure commit(s) are past their purge deadline.")
             erased_files = self._erased_files(state, [snapshot_id for snapshot_id, _, _ in pending])
             out["data_files_with_erased_rows"] = len(erased_files)
             log(
@@ -538,10 +541,16 @@ class ErasureJob:
         }
         return referenced, listed
 
-    def _raw_rows(self, state: TableState, schema: str, column: str, values: list[Any]) -> DataFrame:
-        """The rows of every referenced or listed Parquet file whose ``column`` is in ``values``, read
-        as the files hold them: no delete file applied."""
-        referenced, listed = self._files(state)
+    def _raw_rows(
+        self,
+        files: tuple[dict[str, str], dict[str, tuple[str, int]]],
+        schema: str,
+        column: str,
+        values: list[Any],
+    ) -> DataFrame:
+        """The rows of the referenced and listed Parquet ``files`` (:meth:`_files`) whose ``column`` is
+        in ``values``, read as the files hold them: no delete file applied."""
+        referenced, listed = files
         paths = sorted({*referenced.values(), *(path for path, _ in listed.values())})
         frame = self.spark.read.schema(schema).option("ignoreMissingFiles", "true").parquet(*paths)
         return frame.where(self.functions.col(column).isin(values))
@@ -555,21 +564,18 @@ class ErasureJob:
             f"{sql.quote_identifier(key)} {self._column_type(state.table, key)}, "
             f"{sql.quote_identifier(subject)} {self._column_type(state.table, subject)}"
         )
-        rows = self._raw_rows(state, schema, subject, subjects).select(key).distinct().collect()
+        rows = self._raw_rows(self._files(state), schema, subject, subjects).select(key).distinct().collect()
         return sorted(row[0] for row in rows if row[0] is not None)
 
     def _verify(self, state: TableState, target: ErasureTarget, keys: list[Any]) -> dict[str, Any]:
         """Read every file of the table without delete files: does any erased key remain, and where?"""
-        referenced, listed = self._files(state)
+        files = self._files(state)
+        referenced, listed = files
         remaining: list[dict[str, Any]] = []
         if keys:
             schema = f"{sql.quote_identifier(target.column)} {self._column_type(target.table, target.column)}"
-            paths = sorted({*referenced.values(), *(path for path, _ in listed.values())})
             hits = (
-                self.spark.read.schema(schema)
-                .option("ignoreMissingFiles", "true")
-                .parquet(*paths)
-                .where(self.functions.col(target.column).isin(keys))
+                self._raw_rows(files, schema, target.column, keys)
                 .groupBy(self.functions.col("_metadata.file_path").alias("file"))
                 .count()
                 .collect()

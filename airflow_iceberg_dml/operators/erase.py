@@ -47,6 +47,8 @@ from airflow_iceberg_dml.spec import (
     ErasureMode,
     ErasureSpec,
     ErasureTarget,
+    JobRecord,
+    Outcome,
     SummaryKey,
     WriteMode,
 )
@@ -58,7 +60,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-    from airflow_iceberg_dml.spec import JobRecord, ScalarParameter
+    from airflow_iceberg_dml.spec import ScalarParameter
 
 #: What a report may say of the erasure as a whole.
 ERASED, PURGED, NOT_DUE, NOTHING_PENDING, INCOMPLETE, NOOP = (
@@ -325,7 +327,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
         spec = self.build_spec(context, tables)
         if spec.subjects_query is None and not spec.subjects:
             self.log.info("No subject to erase: nothing to do, nothing committed, no Spark job.")
-            return self._report(context, catalog_hook, spec, None, started)
+            return self._report(context, catalog_hook, spec, JobRecord(Outcome.NOOP), started)
         self.log.info(
             "%s of erasure %s: %s subject(s) on %s",
             self.mode.value.capitalize(),
@@ -333,7 +335,6 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
             len(spec.subjects) if spec.subjects_query is None else "the requests query's",
             ", ".join(target.table for target in spec.targets),
         )
-        self._spec = spec
         return JobPlan(spec, time.time())
 
     def collect(
@@ -365,7 +366,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
             "finished_at": _iso(datetime.now(tz=UTC)),
             "duration_s": round(time.monotonic() - started, 3),
         }
-        if record is None and spec.subjects_query is not None:
+        if record is None:
             report["status"] = "unknown"  # a remote driver: its report is in the driver's log
         elif spec.mode is ErasureMode.ERASE:
             self._erase_numbers(catalog_hook, tables)
