@@ -8,9 +8,9 @@ from airflow_iceberg_dml import __version__
 
 
 def get_provider_info() -> dict[str, Any]:
-    # The `iceberg` and `spark` connection types belong to the official Iceberg and Spark
-    # providers (dependencies of this one); registering them again would clash, so the hooks
-    # below reuse them.
+    # The `iceberg`, `spark` and `spark_connect` connection types belong to the official Iceberg and
+    # Spark providers (dependencies of this one); registering them again would clash, so the hooks
+    # below reuse them and "connection-types" stays empty.
     return {
         "package-name": "airflow-iceberg-dml",
         "name": "Iceberg row-level DML",
@@ -27,6 +27,8 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "Apache Iceberg DML",
                 "python-modules": [
+                    "airflow_iceberg_dml.operators.base",
+                    "airflow_iceberg_dml.operators.dml",
                     "airflow_iceberg_dml.operators.delete",
                     "airflow_iceberg_dml.operators.update",
                     "airflow_iceberg_dml.operators.compaction",
@@ -40,7 +42,11 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Apache Iceberg DML",
                 "python-modules": [
                     "airflow_iceberg_dml.hooks.catalog",
+                    "airflow_iceberg_dml.hooks.engines",
                     "airflow_iceberg_dml.hooks.spark_submit",
+                    "airflow_iceberg_dml.hooks.spark_connect",
+                    "airflow_iceberg_dml.hooks.snapshot_watch",
+                    "airflow_iceberg_dml.hooks.erasure_storage",
                 ],
             }
         ],

@@ -12,12 +12,16 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from airflow_iceberg_dml.spec import SummaryKey, snapshot_id_text
+from airflow_iceberg_dml.exceptions import CommitNotFoundError
+from airflow_iceberg_dml.spec import Outcome, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pyiceberg.table.snapshots import Snapshot
+
     from airflow_iceberg_dml.health import HealthReport
+    from airflow_iceberg_dml.spec import JobRecord
 
 
 class DmlResult(TypedDict):
@@ -164,4 +168,76 @@ def noop_result(
         spark_app_id=spark_app_id,
         duration_s=round(duration_s, 3),
         health=health_payload(health),
+    )
+
+
+def dml_result(
+    record: JobRecord | None,
+    *,
+    table: str,
+    branch: str,
+    dry_run: bool,
+    snapshot: Snapshot | None = None,
+    parent: Snapshot | None = None,
+    head_before: int | None = None,
+    duration_s: float = 0.0,
+    remote_application_id: str | None = None,
+    health: HealthReport | None = None,
+) -> DmlResult:
+    """A DML task's result from the job's record and the snapshots read back.
+
+    :param record: The job's report; None when its driver ran remotely (cluster deploy mode).
+    :param snapshot: The commit of this run, found in the table's history (None: no commit).
+    :param parent: Its parent snapshot, when still in the history (the rows deleted come from it).
+    :param head_before: The head of the branch before the job: a no-op's ``snapshot_id``.
+    :param remote_application_id: The application id of a remote driver (no record), if known.
+    :param health: The table's health after the job (metadata only).
+    """
+    if record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN):
+        ran_dry = record.outcome is Outcome.DRY_RUN
+        return noop_result(
+            table=table,
+            branch=branch,
+            head_snapshot_id=head_before,
+            spark_app_id=record.spark_app_id,
+            duration_s=duration_s,
+            plan=record.plan.value if record.plan else "noop",
+            impact=dict(record.details) if ran_dry else None,
+            health=health,
+        )
+    if snapshot is None and record is None:
+        # A remote driver that succeeded without a commit: nothing matched, or a dry run.
+        return noop_result(
+            table=table,
+            branch=branch,
+            head_snapshot_id=head_before,
+            spark_app_id=remote_application_id,
+            duration_s=duration_s,
+            impact={} if dry_run else None,
+            health=health,
+        )
+    if snapshot is None or snapshot.summary is None:
+        raise CommitNotFoundError(
+            f"The Spark job finished but no commit of this run is in the history of {table!r}."
+        )
+    replayed = record is not None and record.outcome is Outcome.REPLAYED
+    summary = snapshot.summary.additional_properties
+    from_record = record is not None and not replayed
+    return committed_result(
+        table=table,
+        branch=branch,
+        operation=snapshot.summary.operation.value,
+        snapshot_id=snapshot.snapshot_id,
+        parent_snapshot_id=snapshot.parent_snapshot_id,
+        sequence_number=snapshot.sequence_number,
+        timestamp_ms=snapshot.timestamp_ms,
+        summary=summary,
+        parent_summary=parent.summary.additional_properties if parent and parent.summary else None,
+        write_mode=record.write_mode if record is not None and from_record else None,
+        plan=record.plan.value
+        if record is not None and record.plan and from_record
+        else summary.get(SummaryKey.PLAN, ""),
+        duration_s=duration_s,
+        replayed=replayed,
+        health=health,
     )

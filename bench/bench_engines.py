@@ -215,7 +215,7 @@ def _job_phases(first: float, plan: float, committed: float) -> dict[str, float]
 
 def run_task(engine: Engine, kind: Kind, table: str, where: str) -> dict[str, float]:
     """One ``dag.test()`` of the one-task DAG of ``engine`` and ``kind``; its phases (seconds)."""
-    from airflow_iceberg_dml.operators.base import BaseIcebergDmlOperator
+    from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
 
     dag = _dag(engine, kind)
     PYICEBERG_CALLS.clear()

@@ -253,7 +253,7 @@ class TaskRun:
 @contextmanager
 def record_tasks() -> Iterator[list[TaskRun]]:
     """Record every job operator's ``execute`` inside the block (behaviour unchanged)."""
-    from airflow_iceberg_dml.operators.spark_job import BaseIcebergSparkJobOperator
+    from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator
 
     original = BaseIcebergSparkJobOperator.execute
     runs: list[TaskRun] = []

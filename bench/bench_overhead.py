@@ -167,7 +167,7 @@ def run_bare(command: list[str]) -> dict[str, float]:
 
 def run_operator(target: Target) -> dict[str, float]:
     """One ``dag.test()`` of the one-task DAG; its phases (seconds)."""
-    from airflow_iceberg_dml.operators.base import BaseIcebergDmlOperator
+    from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
     from bench.dags.bench_overhead_dag import dag
 
     with (

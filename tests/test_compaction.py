@@ -200,7 +200,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     result = operator.execute({})  # the no-op path never reads the task context either
 
     assert time.monotonic() - started < 10
-    assert operator._spark_hook is None
+    assert operator._engine is None
     assert result["noop"] is True
     assert result["procedures"] == []
     assert result["spark_app_id"] is None
@@ -234,7 +234,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     lenient_result = lenient.execute({})
     assert lenient_result["noop"] is True
     assert lenient_result["health_before"]["deleted_ratio"] == 0.01
-    assert lenient._spark_hook is None
+    assert lenient._engine is None
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
     lenient_health = catalog_hook.health(name, HealthThresholds.from_value(amoro_only))
     assert lenient_health.healthy

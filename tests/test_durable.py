@@ -24,15 +24,17 @@ import pendulum
 import pyarrow.compute as pc
 import pytest
 
+from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook as _SubmitEngine
 from airflow_iceberg_dml.hooks.spark_submit import LocalProcess
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
-from airflow_iceberg_dml.operators.spark_job import SPARK_SUBMIT_STATE_KEY
 from airflow_iceberg_dml.spec import JobRecord, Outcome, SummaryKey
 from tests.conftest import create_orders_table, load, new_table_name, xcom_result
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
+
+SPARK_SUBMIT_STATE_KEY = _SubmitEngine.state_key
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_ID = "durable_test"

@@ -19,13 +19,13 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from airflow_iceberg_dml.exceptions import CommitNotFoundError, UnknownColumnError
 from airflow_iceberg_dml.health import HealthThresholds, assess
+from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobRun
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.maintenance import (
     BaseIcebergMaintenanceOperator,
     IcebergExpireSnapshotsOperator,
 )
-from airflow_iceberg_dml.operators.spark_job import BaseIcebergSparkJobOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import (
     Audits,
@@ -179,11 +179,11 @@ def test_the_execute_wrapper_fails_bad_input_without_retry(monkeypatch):
     """Bad input found by build_spec fails the task at once (AirflowFailException), before any Spark."""
     operator = _update(max_fraction_affected=2)
     monkeypatch.setattr(
-        "airflow_iceberg_dml.operators.spark_job.IcebergCatalogHook.load_table", lambda self, name: TABLE
+        "airflow_iceberg_dml.operators.base.IcebergCatalogHook.load_table", lambda self, name: TABLE
     )
     with pytest.raises(AirflowFailException, match="ValueError: max_fraction_affected=2"):
         operator.execute({})
-    assert operator._spark_hook is None
+    assert operator._engine is None
 
 
 # -- DELETE / UPDATE: to_result ----------------------------------------------------------------------
@@ -390,5 +390,6 @@ def test_a_spark_submit_job_gets_the_tasks_lineage_settings_under_the_users_own(
         lambda context: {"spark.openlineage.parentRunId": "run-1", "spark.openlineage.namespace": "task"},
     )
     catalog_hook = SimpleNamespace(catalog_config=None)
-    operator._submit(cast("Any", None), cast("Any", catalog_hook), "job", None, cast("Any", {}))
+    context = {"ti": SimpleNamespace(dag_id="dag", task_id="d")}
+    operator._submit(cast("Any", None), JobRun(cast("Any", context), cast("Any", catalog_hook)), None)
     assert given == {"spark.openlineage.parentRunId": "run-1", "spark.openlineage.namespace": "mine"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +16,8 @@ from airflow_iceberg_dml.exceptions import (
     UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, _RoutedSparkSubmitHook
+from airflow_iceberg_dml.operators.base import JobPlan, JobRun
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
-from airflow_iceberg_dml.operators.spark_job import JobPlan
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.result import rows_deleted
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, RunKey, SummaryKey
@@ -184,12 +183,13 @@ def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_h
     name = create_orders_table(spark, new_table_name("remote_driver"), rows=60)
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     operator = IcebergDeleteOperator(task_id="remote", table=name, where="status = 'F'")
-    operator._spark_hook = IcebergSparkSubmitHook()
+    operator._engine = engine = IcebergSparkSubmitHook()
     context = task_context(RunKey("dag_remote", "remote", "manual__1", -1))
+    run = JobRun(context, catalog_hook)
     plan = JobPlan(operator.build_spec(context, load(catalog_hook, name)), head)
 
     # spark-submit succeeded and nothing of this run is in the history: nothing matched.
-    nothing = operator.collect(context, catalog_hook, plan, None, time.monotonic())
+    nothing = operator.collect(run, plan, None)
     assert nothing["noop"] is True
     assert nothing["dry_run"] is False
     assert nothing["snapshot_id"] == str(head)
@@ -199,8 +199,8 @@ def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_h
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE status = 'F'")
     submitted = _RoutedSparkSubmitHook(default_master="local[*]", conn_id="no_such_spark_connection")
     submitted._yarn_application_id = spark.sparkContext.applicationId  # what the provider parsed
-    operator._spark_hook._submit_hook = submitted
-    found = operator.collect(context, catalog_hook, plan, None, time.monotonic())
+    engine._submit_hook = submitted
+    found = operator.collect(run, plan, None)
     summary = load(catalog_hook, name).snapshot_by_id(int(found["snapshot_id"])).summary
     assert SummaryKey.RUN_ID not in summary.additional_properties
     assert found["noop"] is False

@@ -241,7 +241,7 @@ def test_the_operator_replays_an_earlier_commit_without_starting_spark(spark, ca
     assert result["replayed"] is True
     assert result["snapshot_id"] == str(committed.snapshot_id)
     assert result["rows_deleted"] == result["rows_inserted"] == 1
-    assert operator._spark_hook is None  # no Spark application was submitted
+    assert operator._engine is None  # no Spark application was submitted
     assert len(load(catalog_hook, name).metadata.snapshots) == snapshots
     summary = load(catalog_hook, name).snapshot_by_id(committed.snapshot_id).summary
     assert summary[SummaryKey.TRY_NUMBER] == "1"

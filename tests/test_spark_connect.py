@@ -33,8 +33,8 @@ from airflow_iceberg_dml.hooks.spark_connect import (
     connect_session,
     version_mismatch,
 )
+from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook as _ConnectEngine
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
-from airflow_iceberg_dml.operators.spark_job import SPARK_CONNECT_STATE_KEY
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
 from tests.conftest import (
@@ -52,6 +52,8 @@ from tests.conftest import (
 
 if TYPE_CHECKING:
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+SPARK_CONNECT_STATE_KEY = _ConnectEngine.state_key
 
 SPARK_CONN_ID = CONNECT_CONN_ID
 
@@ -310,7 +312,7 @@ _KILLED_WORKER = textwrap.dedent(
         spec,
         IcebergCatalogHook("iceberg_default").catalog_config,
         "killed-worker",
-        on_started=lambda session: open(stored, "w").write(json.dumps(session.to_json())),
+        on_started=lambda session: open(stored, "w").write(json.dumps(session)),
     )
     """
 )

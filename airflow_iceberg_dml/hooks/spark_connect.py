@@ -19,18 +19,23 @@ line or returned.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
-from airflow_iceberg_dml.exceptions import SparkConnectServerError, SparkConnectUnavailableError
+from airflow_iceberg_dml.exceptions import (
+    SparkConnectServerError,
+    SparkConnectUnavailableError,
+    SparkJobError,
+)
 from airflow_iceberg_dml.spec import Outcome
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession
 
     from airflow_iceberg_dml.catalog_config import CatalogConfig
+    from airflow_iceberg_dml.exceptions import IcebergDmlError
     from airflow_iceberg_dml.spec import JobRecord, JobSpec
 
 CONN_TYPE = SparkConnectHook.conn_type
@@ -116,20 +122,14 @@ def connect_session(url: str) -> Iterator[SparkSession]:
 
 
 def _job_runner(application: str) -> Callable[[Any, Any], JobRecord]:
-    """The ``run_spec`` of the job a spec names (the same code spark-submit runs as a driver)."""
-    if application == "dml.py":
-        from airflow_iceberg_dml.jobs.dml import run_spec as run_dml
-
-        return run_dml
-    if application == "maintenance.py":
-        from airflow_iceberg_dml.jobs.maintenance import run_spec as run_maintenance
-
-        return run_maintenance
-    if application == "erase.py":
-        from airflow_iceberg_dml.jobs.erase import run_spec as run_erasure
-
-        return run_erasure
-    raise ValueError(f"No job runs {application!r} over Spark Connect.")
+    """The ``run_spec`` of the job a spec names: the module spark-submit runs as a driver, imported."""
+    name = application.removesuffix(".py")
+    if not name.isidentifier():
+        raise ValueError(f"No job runs {application!r} over Spark Connect.")
+    run_spec: Callable[[Any, Any], JobRecord] = importlib.import_module(
+        f"airflow_iceberg_dml.jobs.{name}"
+    ).run_spec
+    return run_spec
 
 
 def _grpc_code(error: BaseException) -> str:
@@ -141,15 +141,29 @@ def _grpc_code(error: BaseException) -> str:
 
 
 class IcebergSparkConnectHook(BaseHook):
-    """Runs a job spec over Spark Connect and returns its :class:`JobRecord`.
+    """The warm engine: runs a job spec over Spark Connect and returns its :class:`JobRecord`.
 
     :param spark_conn_id: A ``spark_connect`` connection: host (``sc://`` optional), port, token
         (the password field), user id (the login field), ``use_ssl`` extra.
     :param spark_conf: Spark SQL settings for the job's session (``spark.sql.*`` runtime settings; a
         server-wide setting such as ``spark.executor.memory`` belongs to the server's start).
+    :param task_spark_conf: Ignored: the task's ``spark.openlineage.*`` settings are read by a
+        listener when a Spark application starts, and one server runs the jobs of many tasks; the
+        task's own lineage events name the job's commit.
     """
 
-    def __init__(self, spark_conn_id: str, spark_conf: Mapping[str, Any] | None = None) -> None:
+    conn_type = CONN_TYPE
+    conn_name_attr = "spark_conn_id"
+    default_conn_name = "spark_connect_default"
+    hook_name = "Iceberg DML over Spark Connect"
+    state_key: ClassVar[str] = "iceberg_dml_spark_connect"
+
+    def __init__(
+        self,
+        spark_conn_id: str,
+        spark_conf: Mapping[str, Any] | None = None,
+        task_spark_conf: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__()
         self.spark_conn_id = spark_conn_id
         self.spark_conf = {key: str(value) for key, value in (spark_conf or {}).items()}
@@ -236,9 +250,13 @@ class IcebergSparkConnectHook(BaseHook):
         spec: JobSpec,
         catalog: CatalogConfig,
         name: str,
-        on_started: Callable[[ConnectSession], None] | None = None,
+        on_started: Callable[[JsonValue], None] | None = None,
     ) -> JobRecord:
-        """Run the job in a new session; returns its record, raises the job's own error class."""
+        """Run the job in a new session; returns its record, raises the job's own error class.
+
+        ``on_started`` is told the session (:class:`ConnectSession` as JSON) once it exists, for a
+        later try to :meth:`reattach`; an error it raises is logged, not raised.
+        """
         from airflow_iceberg_dml.jobs.runner import log_to
 
         run_spec = _job_runner(spec.application)
@@ -254,7 +272,7 @@ class IcebergSparkConnectHook(BaseHook):
             self._check_server(spark, server)
             if on_started is not None:
                 try:
-                    on_started(session)
+                    on_started(session.to_json())
                 except Exception as error:  # noqa: BLE001 - the job is about to run: never lose it over this
                     self.log.warning("Could not record the Spark Connect session for a later try: %s", error)
             self._configure(spark, catalog)
@@ -274,12 +292,37 @@ class IcebergSparkConnectHook(BaseHook):
         except Exception as error:  # noqa: BLE001 - the server drops idle sessions by itself
             self.log.debug("Releasing the Spark Connect session failed: %s", error)
 
-    def reattach(self, session: ConnectSession) -> list[str]:
-        """Interrupt whatever an earlier try's session still runs, and release it.
+    @property
+    def remote_application_id(self) -> str | None:
+        """None: every job over Spark Connect leaves its record, with the server's application id."""
+        return None
 
-        Returns the ids of the operations interrupted (none when the session had ended). The earlier
-        try's commit, if it landed, is then found by its run key like any other.
+    def failure(self, error: Exception) -> IcebergDmlError:
+        """The server could not be reached or was lost (retryable, with what to check), or failed."""
+        first_line = (str(error).splitlines() or [""])[0][:300]
+        if _grpc_code(error) in _UNREACHABLE:
+            return SparkConnectUnavailableError(
+                f"The Spark Connect server of connection {self.spark_conn_id!r} was lost: {first_line}. "
+                "Check it with `make engine-status` (python -m airflow_iceberg_dml.engine status)."
+            )
+        return SparkJobError(
+            f"The job failed on the Spark Connect server: {type(error).__name__}: {first_line}"
+        )
+
+    def reattach(self, stored: JsonValue) -> bool:
+        """Interrupt whatever the session an earlier try stored still runs, and release it.
+
+        The earlier try's commit, if it landed, is then found by its run key like any other.
         """
+        session = ConnectSession.from_json(stored)
+        if session is None:
+            return False
+        self.interrupt(session)
+        return True
+
+    def interrupt(self, session: ConnectSession) -> list[str]:
+        """Interrupt what ``session`` still runs and release it; the ids of the operations interrupted
+        (none when the session had ended)."""
         try:
             url, server = self._url(session.session_id)
             spark = open_session(url)

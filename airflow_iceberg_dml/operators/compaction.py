@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow_iceberg_dml import procedures
 from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError, UnknownColumnError
-from airflow_iceberg_dml.operators.maintenance import BaseIcebergMaintenanceOperator, MaintenanceResult
+from airflow_iceberg_dml.operators.maintenance_base import BaseIcebergMaintenanceOperator, MaintenanceResult
 from airflow_iceberg_dml.spec import (
     CompactionStrategy,
     MaintenanceProcedure,

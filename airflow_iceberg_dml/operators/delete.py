@@ -1,15 +1,15 @@
-"""IcebergDeleteOperator: DELETE FROM an Iceberg table, run as a Spark application."""
+"""IcebergDeleteOperator: DELETE FROM an Iceberg table, on the engine of ``spark_conn_id``."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from airflow_iceberg_dml.operators.base import BaseIcebergDmlOperator
+from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
 from airflow_iceberg_dml.spec import JobKind
 
 
 class IcebergDeleteOperator(BaseIcebergDmlOperator):
-    """Delete the rows of an Iceberg table that match ``where``, through spark-submit.
+    """Delete the rows of an Iceberg table that match ``where``, on the engine of ``spark_conn_id``.
 
     By default the delete is merge-on-read: position delete files on format v2 tables, deletion
     vectors on v3, no data file rewritten. ``where="TRUE"`` is planned as a truncate: one
@@ -19,7 +19,7 @@ class IcebergDeleteOperator(BaseIcebergDmlOperator):
     Returns a :class:`~airflow_iceberg_dml.result.DmlResult` (the XCom value) and emits an asset
     event for ``iceberg://<catalog_conn_id>/<namespace>/<table>`` whose extra holds the snapshot id.
 
-    Parameters: see :class:`~airflow_iceberg_dml.operators.base.BaseIcebergDmlOperator`.
+    Parameters: see :class:`~airflow_iceberg_dml.operators.dml.BaseIcebergDmlOperator`.
     """
 
     job_kind: ClassVar[JobKind] = JobKind.DELETE

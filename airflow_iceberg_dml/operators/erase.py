@@ -19,34 +19,48 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from airflow.sdk import Asset, AssetAlias
+from airflow.sdk import Asset
 
 from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.erasure_report import (
+    ErasureReport,
+    ErasureStatus,
+    TableReport,
+    describe_table,
+    purge_status,
+    remaining_places,
+)
 from airflow_iceberg_dml.exceptions import (
     ErasureIncompleteError,
     InvalidSubjectsError,
-    UnknownColumnError,
 )
 from airflow_iceberg_dml.hooks.catalog import summary_of
+from airflow_iceberg_dml.hooks.erasure_storage import ErasureStorageHook
 from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
-from airflow_iceberg_dml.operators.base import table_asset_uri
-from airflow_iceberg_dml.operators.spark_job import (
+from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,
+    JobRun,
     commit_properties,
     is_template,
     run_key,
+    table_asset_uri,
 )
-from airflow_iceberg_dml.procedures import parse_age
+from airflow_iceberg_dml.operators.erase_input import (
+    Duration,
+    Through,
+    column_type,
+    duration_ms,
+    erasure_targets,
+    iso_time,
+)
 from airflow_iceberg_dml.result import rows_deleted
 from airflow_iceberg_dml.spec import (
     ErasureMode,
     ErasureSpec,
-    ErasureTarget,
     JobRecord,
     Outcome,
     SummaryKey,
@@ -57,73 +71,16 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from airflow.sdk import Context
+    from pydantic import JsonValue
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.spec import ScalarParameter
 
-#: What a report may say of the erasure as a whole.
-ERASED, PURGED, NOT_DUE, NOTHING_PENDING, INCOMPLETE, NOOP = (
-    "erased",
-    "purged",
-    "not-due",
-    "nothing-pending",
-    "incomplete",
-    "noop",
-)
 _QUERY_START = re.compile(r"^\s*\(*\s*(select|with)\b", re.IGNORECASE)
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._=-]+")
 
 
-@dataclass(frozen=True)
-class Through:
-    """A table whose rows name a subject through another table's rows.
-
-    ``Through("l_orderkey", table="tpch.orders", key="o_orderkey", subject="o_custkey")``: the rows whose
-    ``l_orderkey`` is the ``o_orderkey`` of a ``tpch.orders`` row whose ``o_custkey`` is a subject.
-    """
-
-    column: str
-    table: str
-    key: str
-    subject: str
-
-
-def _targets(tables: Mapping[str, str | Through]) -> tuple[ErasureTarget, ...]:
-    """The spec's targets, the tables reached through another first (erased before that one is)."""
-    if not tables:
-        raise ValueError("tables must name at least one table and its key column.")
-    targets = []
-    for table, key in tables.items():
-        sql.split_table_name(table)
-        if isinstance(key, Through):
-            sql.split_table_name(key.table)
-            targets.append(ErasureTarget(table, key.column, key.table, key.key, key.subject))
-        elif isinstance(key, str) and key.strip():
-            targets.append(ErasureTarget(table, key))
-        else:
-            raise ValueError(f"tables[{table!r}] must be a key column name or a Through(...), not {key!r}.")
-    return tuple(sorted(targets, key=lambda target: target.through_table is None))
-
-
-Duration = timedelta | str
-
-
-def duration_ms(name: str, value: Duration) -> int:
-    """A duration given as a timedelta or as an age such as ``"30d"``, ``"12h"``, ``"0s"``, in ms."""
-    age = parse_age(value) if isinstance(value, str) else value
-    if not isinstance(age, timedelta) or age < timedelta(0):
-        raise ValueError(
-            f"{name}={value!r} must be a timedelta of zero or more, or an age like '30d' or '12h'."
-        )
-    return int(age.total_seconds() * 1000)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
+class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
     """Erase data subjects' rows from Iceberg tables (``mode="erase"``), and later purge the bytes and
     prove they are gone (``mode="purge"``). Runs on the engine of ``spark_conn_id``, like every job.
 
@@ -162,7 +119,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
     :param conflict_retries: Re-plans after a commit conflict with a concurrent writer, for the DELETEs
         and the rewrites alike (default 2), before ``ConcurrentCommitError`` (retryable).
     :param catalog_conn_id: ``iceberg`` connection (see
-        :class:`~airflow_iceberg_dml.operators.spark_job.BaseIcebergSparkJobOperator`).
+        :class:`~airflow_iceberg_dml.operators.base.BaseIcebergSparkJobOperator`).
     :param spark_conn_id: A ``spark`` connection (spark-submit) or a ``spark_connect`` connection.
     :param spark_conf: Extra Spark configuration for the job.
     :param durable: Re-attach a retry to the job an earlier try left running (see the base class).
@@ -181,6 +138,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
     template_fields_renderers: ClassVar[dict[str, str]] = {"subjects_query": "sql"}
     ui_color = "#f5d0c9"
     application_name_prefix: ClassVar[str] = "iceberg-erase"
+    asset_alias_prefix: ClassVar[str | None] = "iceberg-erasure"
 
     def __init__(
         self,
@@ -201,7 +159,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
         conflict_retries: int = 2,
         **kwargs: Any,
     ) -> None:
-        targets = _targets(tables)
+        targets = erasure_targets(tables)
         super().__init__(table=next(iter(tables)), **kwargs)
         if (subjects is None) == (subjects_query is None):
             raise TypeError(
@@ -233,9 +191,6 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
         self.report_location = report_location
         self.write_mode = WriteMode(write_mode)
         self.conflict_retries = conflict_retries
-        identity = f"{self.dag_id}.{self.task_id}" if self.has_dag() else self.task_id  # type: ignore[no-untyped-call]
-        self._outlet = AssetAlias(name=f"iceberg-erasure:{self.catalog_conn_id}:{identity}")
-        self.outlets = [*self.outlets, self._outlet]
 
     # -- the spec: pure --------------------------------------------------------------------------------
 
@@ -279,11 +234,11 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
                     + (f": {problem}" if problem else f", not {query.strip()[:40]!r}.")
                 )
         for target in self.targets:
-            key_type = _column_type(tables[target.table], target.table, target.column)
+            key_type = column_type(tables[target.table], target.table, target.column)
             subject_column = (target.through_table or target.table, target.through_subject or target.column)
-            subject_type = _column_type(tables[subject_column[0]], *subject_column)
+            subject_type = column_type(tables[subject_column[0]], *subject_column)
             if target.through_table is not None:
-                _column_type(tables[target.through_table], target.through_table, target.through_key or "")
+                column_type(tables[target.through_table], target.through_table, target.through_key or "")
             if key_kind(key_type) is None:
                 raise InvalidSubjectsError(
                     f"{target.table}.{target.column} is {key_type}: erasure keys must be integers or strings."
@@ -298,7 +253,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
         deadline = datetime.now(tz=UTC) + timedelta(
             milliseconds=duration_ms("purge_within", self.purge_within)
         )
-        own = {SummaryKey.ERASURE_ID: erasure_id, SummaryKey.PURGE_BY: _iso(deadline)}
+        own = {SummaryKey.ERASURE_ID: erasure_id, SummaryKey.PURGE_BY: iso_time(deadline)}
         return ErasureSpec(
             mode=self.mode,
             catalog=next(iter(tables.values())).catalog.name,
@@ -317,17 +272,15 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
 
     # -- the lifecycle --------------------------------------------------------------------------------
 
-    def plan(
-        self, context: Context, catalog_hook: IcebergCatalogHook, table: Table, started: float
-    ) -> JobPlan[float] | dict[str, Any]:
+    def plan(self, run: JobRun, table: Table) -> JobPlan[float] | ErasureReport:
         names = {target.table for target in self.targets} | {
             target.through_table for target in self.targets if target.through_table
         }
-        tables = {name: catalog_hook.load_table(name) for name in sorted(names)}
-        spec = self.build_spec(context, tables)
+        tables = {name: run.catalog_hook.load_table(name) for name in sorted(names)}
+        spec = self.build_spec(run.context, tables)
         if spec.subjects_query is None and not spec.subjects:
             self.log.info("No subject to erase: nothing to do, nothing committed, no Spark job.")
-            return self._report(context, catalog_hook, spec, JobRecord(Outcome.NOOP), started)
+            return self._report(run, spec, JobRecord(Outcome.NOOP))
         self.log.info(
             "%s of erasure %s: %s subject(s) on %s",
             self.mode.value.capitalize(),
@@ -337,59 +290,40 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
         )
         return JobPlan(spec, time.time())
 
-    def collect(
-        self,
-        context: Context,
-        catalog_hook: IcebergCatalogHook,
-        plan: JobPlan[float],
-        record: JobRecord | None,
-        started: float,
-    ) -> dict[str, Any]:
-        return self._report(context, catalog_hook, plan.spec, record, started)  # type: ignore[arg-type]
+    def collect(self, run: JobRun, plan: JobPlan[float], record: JobRecord | None) -> ErasureReport:
+        return self._report(run, cast("ErasureSpec", plan.spec), record)
 
-    def _report(
-        self,
-        context: Context,
-        catalog_hook: IcebergCatalogHook,
-        spec: ErasureSpec,
-        record: JobRecord | None,
-        started: float,
-    ) -> dict[str, Any]:
+    def _report(self, run: JobRun, spec: ErasureSpec, record: JobRecord | None) -> ErasureReport:
         details: dict[str, Any] = dict(record.details) if record is not None else {}
-        tables: dict[str, Any] = dict(details.get("tables", {}))
-        report: dict[str, Any] = {
-            "request_id": spec.erasure_id,
-            "mode": spec.mode.value,
-            "subjects": int(details.get("subjects", 0)),
-            "status": NOOP,
-            "tables": tables,
-            "finished_at": _iso(datetime.now(tz=UTC)),
-            "duration_s": round(time.monotonic() - started, 3),
-        }
+        tables: dict[str, TableReport] = dict(details.get("tables", {}))
+        report = ErasureReport(
+            request_id=spec.erasure_id,
+            mode=spec.mode.value,
+            subjects=int(details.get("subjects", 0)),
+            status=ErasureStatus.NOOP,
+            tables=tables,
+            finished_at=iso_time(datetime.now(tz=UTC)),
+            duration_s=round(run.elapsed(), 3),
+        )
         if record is None:
-            report["status"] = "unknown"  # a remote driver: its report is in the driver's log
+            report["status"] = ErasureStatus.UNKNOWN  # a remote driver: its report is in the driver's log
         elif spec.mode is ErasureMode.ERASE:
-            self._erase_numbers(catalog_hook, tables)
+            self._erase_numbers(run.catalog_hook, tables)
             if any(entry.get("commits") for entry in tables.values()):
-                report["status"] = ERASED
+                report["status"] = ErasureStatus.ERASED
                 report["purge_by"] = spec.snapshot_properties.get(SummaryKey.PURGE_BY)
         else:
-            report["files_deleted"] = self._delete_leftovers(catalog_hook, tables)
-            statuses = {entry.get("status") for entry in tables.values()}
-            verified = [entry["verification"] for entry in tables.values() if "verification" in entry]
-            if verified and not all(check["clean"] for check in verified):
-                report["status"] = INCOMPLETE
-            elif PURGED in statuses:
-                report["status"] = PURGED
-            elif NOT_DUE in statuses:
-                report["status"] = NOT_DUE
-            elif tables:
-                report["status"] = NOTHING_PENDING
-            report["verified"] = bool(verified) and all(check["clean"] for check in verified)
-        report["report_path"] = self._write_report(catalog_hook, report)
+            report["files_deleted"] = self._delete_leftovers(run.catalog_hook, tables)
+            report["status"], report["verified"] = purge_status(tables)
+        report["report_path"] = self._storage(run.catalog_hook).write_report(
+            self.report_location, dict(report)
+        )
         return report
 
-    def _erase_numbers(self, catalog_hook: IcebergCatalogHook, tables: dict[str, Any]) -> None:
+    def _storage(self, catalog_hook: IcebergCatalogHook) -> ErasureStorageHook:
+        return ErasureStorageHook(catalog_hook, self.targets[0].table)
+
+    def _erase_numbers(self, catalog_hook: IcebergCatalogHook, tables: dict[str, TableReport]) -> None:
         """Rows deleted and delete files added per table, from the commits' own summaries."""
         for name, entry in tables.items():
             table = catalog_hook.load_table(name)
@@ -407,134 +341,58 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, dict[str, Any]]):
             entry["rows_deleted"] = deleted
             entry["delete_files_added"] = delete_files
 
-    def _delete_leftovers(self, catalog_hook: IcebergCatalogHook, tables: dict[str, Any]) -> list[str]:
+    def _delete_leftovers(
+        self, catalog_hook: IcebergCatalogHook, tables: dict[str, TableReport]
+    ) -> list[str]:
         """Delete the files that hold erased keys and that no snapshot references (older than
         ``orphan_grace``); what is deleted and gone leaves the verification's ``remaining``."""
-        deleted: list[str] = []
+        storage = self._storage(catalog_hook)
+        grace_ms = duration_ms("orphan_grace", self.orphan_grace)
         now_ms = int(time.time() * 1000)
+        deleted: list[str] = []
         for name, entry in tables.items():
             check = entry.get("verification")
             if not check:
                 continue
-            io = catalog_hook.load_table(name).io
-            kept = []
-            for item in check["remaining"]:
-                modified = item.get("modified_ms") or now_ms
-                if item["referenced"] or now_ms - modified < duration_ms("orphan_grace", self.orphan_grace):
-                    kept.append(item)
-                    continue
-                io.delete(item["file"])
-                if io.new_input(item["file"]).exists():
-                    item["delete_failed"] = True
-                    kept.append(item)
-                    continue
-                self.log.info(
-                    "%s: deleted %s (no snapshot referenced it; it held erased keys)", name, item["file"]
-                )
-                deleted.append(item["file"])
+            gone, kept = storage.delete_unreferenced(name, check.get("remaining", []), grace_ms, now_ms)
+            deleted += gone
             check["remaining"] = kept
             check["clean"] = not kept
         return deleted
 
-    def _report_folder(self, catalog_hook: IcebergCatalogHook) -> str:
-        if self.report_location:
-            return str(self.report_location).rstrip("/")
-        return catalog_hook.load_table(self.targets[0].table).location().rstrip("/") + ".erasure-reports"
-
-    def _write_report(self, catalog_hook: IcebergCatalogHook, report: dict[str, Any]) -> str:
-        name = _SAFE_NAME.sub("_", f"{report['request_id']}.{report['mode']}") + ".json"
-        path = f"{self._report_folder(catalog_hook)}/{name}"
-        io = catalog_hook.load_table(self.targets[0].table).io
-        with io.new_output(path).create(overwrite=True) as stream:
-            stream.write(json.dumps({**report, "report_path": path}, indent=2, sort_keys=True).encode())
-        return path
-
-    def report(self, context: Context, result: dict[str, Any]) -> None:
-        for name, entry in result["tables"].items():
-            self._log_table(name, entry)
-        self.log.info("Erasure report (%s): %s", result["status"], result["report_path"])
-        remaining = [
-            (name, item)
-            for name, entry in result["tables"].items()
-            for item in entry.get("verification", {}).get("remaining", [])
-        ]
-        if remaining:
-            places = "; ".join(
-                f"{name}: {item['file']} ({item['rows']} row(s), "
-                + (
-                    f"referenced by {', '.join(item['refs']) or 'snapshots kept by min_retention'}"
-                    if item["referenced"]
-                    else "on storage, referenced by no snapshot"
-                )
-                + ")"
-                for name, item in remaining
-            )
+    def report(self, run: JobRun, result: ErasureReport) -> None:
+        """Fail (or warn) when erased keys remain, then emit the asset events and log the report."""
+        places = remaining_places(result)
+        if places:
             message = f"Erasure {result['request_id']} is not complete: erased keys remain in {places}."
             if self.on_remaining == "fail":
-                context["ti"].xcom_push(key="erasure_report", value=result)
+                for name, entry in result["tables"].items():
+                    self.log.info("%s", describe_table(name, entry, self.mode is ErasureMode.ERASE))
+                run.context["ti"].xcom_push(key="erasure_report", value=result)
                 raise ErasureIncompleteError(message + f" Report: {result['report_path']}.")
             self.log.warning("%s (on_remaining='warn')", message)
-        changed = result["status"] in (ERASED, PURGED)
-        if not changed:
-            return
+        super().report(run, result)
+
+    def asset_events(self, run: JobRun, result: ErasureReport) -> list[tuple[Asset, dict[str, JsonValue]]]:
+        if result["status"] not in (ErasureStatus.ERASED, ErasureStatus.PURGED):
+            return []
+        events: list[tuple[Asset, dict[str, JsonValue]]] = []
         for name, entry in result["tables"].items():
-            if not entry.get("commits") and entry.get("status") != PURGED:
+            if not entry.get("commits") and entry.get("status") != ErasureStatus.PURGED:
                 continue
-            extra = {
+            extra: dict[str, JsonValue] = {
                 "request_id": result["request_id"],
                 "mode": result["mode"],
                 "subjects": result["subjects"],
-                "status": result["status"],
-                "commits": entry.get("commits", {}),
+                "status": result["status"].value,
+                "commits": dict(entry.get("commits", {})),
                 "verified": entry.get("verification", {}).get("clean"),
                 "report_path": result["report_path"],
             }
-            asset = Asset(uri=table_asset_uri(self.catalog_conn_id, name))
-            context["outlet_events"][self._outlet].add(asset, extra=extra)
+            events.append((Asset(uri=table_asset_uri(self.catalog_conn_id, name)), extra))
+        return events
 
-    def _log_table(self, name: str, entry: Mapping[str, Any]) -> None:
-        if self.mode is ErasureMode.ERASE:
-            commits = entry.get("commits", {})
-            self.log.info(
-                "%s: %s key(s) via %s; %s",
-                name,
-                entry.get("keys"),
-                entry.get("column"),
-                ", ".join(f"snapshot {snapshot} on {ref}" for ref, snapshot in commits.items())
-                + f": {entry.get('rows_deleted', 0)} row(s) deleted"
-                if commits
-                else "no row matched, nothing committed",
-            )
-            return
-        self.log.info(
-            "%s: %s; %d data file(s) held erased rows, %d rewritten, %d tag(s) dropped, %d snapshot(s) "
-            "expired, %d file(s) deleted by expiry; verification %s",
-            name,
-            entry.get("status"),
-            entry.get("data_files_with_erased_rows", 0),
-            entry.get("data_files_rewritten", 0),
-            len(entry.get("tags_dropped", [])),
-            entry.get("snapshots_expired", 0),
-            entry.get("files_deleted_by_expiry", 0),
-            "clean"
-            if entry.get("verification", {}).get("clean")
-            else "not clean"
-            if "verification" in entry
-            else "not run",
-        )
-
-
-def _column_type(table: Table, name: str, column: str) -> str:
-    """The pyiceberg type of a column, in Spark's words for the key types (``bigint``, ``string``)."""
-    from pyiceberg.types import IntegerType, LongType, StringType
-
-    for field in table.schema().fields:
-        if field.name.lower() == column.lower():
-            if isinstance(field.field_type, LongType):
-                return "bigint"
-            if isinstance(field.field_type, IntegerType):
-                return "int"
-            return "string" if isinstance(field.field_type, StringType) else str(field.field_type)
-    raise UnknownColumnError(
-        f"Table {name!r} has no column {column!r} (columns: {sorted(f.name for f in table.schema().fields)})."
-    )
+    def log_result(self, result: ErasureReport) -> None:
+        for name, entry in result["tables"].items():
+            self.log.info("%s", describe_table(name, entry, self.mode is ErasureMode.ERASE))
+        self.log.info("Erasure report (%s): %s", result["status"].value, result["report_path"])

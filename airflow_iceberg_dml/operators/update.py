@@ -1,4 +1,4 @@
-"""IcebergUpdateOperator: UPDATE an Iceberg table, run as a Spark application."""
+"""IcebergUpdateOperator: UPDATE an Iceberg table, on the engine of ``spark_conn_id``."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from airflow_iceberg_dml.exceptions import InvalidExpressionError
-from airflow_iceberg_dml.operators.base import BaseIcebergDmlOperator
+from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
 from airflow_iceberg_dml.spec import JobKind
 
 
 class IcebergUpdateOperator(BaseIcebergDmlOperator):
-    """Assign ``set`` expressions to the rows that match ``where``, through spark-submit.
+    """Assign ``set`` expressions to the rows that match ``where``, on the engine of ``spark_conn_id``.
 
     A selective UPDATE is merge-on-read by default: the old rows are deleted with position
     delete files (deletion vectors on v3) and the new rows appended, in one commit. Updating a
@@ -22,7 +22,7 @@ class IcebergUpdateOperator(BaseIcebergDmlOperator):
     :param set: Column name to Spark SQL expression, e.g. ``{"status": "'closed'",
         "amount": "amount * :rate"}``. Expressions see the row's current values. (templated)
 
-    Other parameters: see :class:`~airflow_iceberg_dml.operators.base.BaseIcebergDmlOperator`.
+    Other parameters: see :class:`~airflow_iceberg_dml.operators.dml.BaseIcebergDmlOperator`.
     """
 
     job_kind: ClassVar[JobKind] = JobKind.UPDATE

@@ -1,0 +1,136 @@
+"""What an erase or purge task reports (its XCom value, its asset events' extra, its JSON file).
+
+No Airflow import: the Spark job fills in the per-table entries with the same statuses. A report
+names the request, counts the subjects and never holds their keys.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, TypedDict
+
+
+class ErasureStatus(StrEnum):
+    """Where an erasure request stands, for the report as a whole and per table."""
+
+    ERASED = "erased"
+    """The rows are hidden from every reader: one erasure commit per table and branch."""
+    PURGED = "purged"
+    """The bytes are gone: rewritten, expired, deleted, and the verification found no erased key."""
+    NOT_DUE = "not-due"
+    """No erasure on the table is due within ``purge_ahead``: nothing was purged yet."""
+    NOTHING_PENDING = "nothing-pending"
+    """No erasure commit waits for a purge on the table."""
+    INCOMPLETE = "incomplete"
+    """The verification found an erased key in a file after the purge (the report names the file)."""
+    NOOP = "noop"
+    """Nothing to do: no subject, or no row matched."""
+    UNKNOWN = "unknown"
+    """The driver ran remotely and left no record: its report is in the driver's log."""
+
+
+class RemainingFile(TypedDict, total=False):
+    """A file in which the verification still found erased keys."""
+
+    file: str
+    rows: int
+    referenced: bool
+    """Whether a snapshot still references it (else: on storage only)."""
+    refs: list[str]
+    """The refs whose snapshots keep it."""
+    modified_ms: int
+    delete_failed: bool
+
+
+class Verification(TypedDict, total=False):
+    """The purge's verification of one table: every file read without delete files."""
+
+    clean: bool
+    remaining: list[RemainingFile]
+    files_checked: int
+    keys_checked: int
+
+
+class TableReport(TypedDict, total=False):
+    """One table of the report, as the Spark job and the worker filled it in."""
+
+    status: str
+    """An :class:`ErasureStatus` value."""
+    column: str
+    keys: int
+    commits: dict[str, str]
+    """Ref -> the snapshot id (decimal text) of this run's erasure commit on it."""
+    rows_deleted: int
+    delete_files_added: int
+    data_files_with_erased_rows: int
+    data_files_rewritten: int
+    tags_dropped: list[str]
+    snapshots_expired: int
+    files_deleted_by_expiry: int
+    verification: Verification
+
+
+class ErasureReport(TypedDict, total=False):
+    """The report of one erase or purge run."""
+
+    request_id: str
+    mode: str
+    subjects: int
+    """How many subjects the request named (never their keys)."""
+    status: ErasureStatus
+    tables: dict[str, TableReport]
+    finished_at: str
+    duration_s: float
+    purge_by: str | None
+    files_deleted: list[str]
+    verified: bool
+    report_path: str
+
+
+def purge_status(tables: dict[str, TableReport]) -> tuple[ErasureStatus, bool]:
+    """The status of a purge from its tables', and whether every table that was verified is clean."""
+    statuses = {entry.get("status") for entry in tables.values()}
+    verified = [entry["verification"] for entry in tables.values() if "verification" in entry]
+    clean = bool(verified) and all(check.get("clean") for check in verified)
+    if verified and not clean:
+        return ErasureStatus.INCOMPLETE, clean
+    for status in (ErasureStatus.PURGED, ErasureStatus.NOT_DUE):
+        if status.value in statuses:
+            return status, clean
+    return (ErasureStatus.NOTHING_PENDING if tables else ErasureStatus.NOOP), clean
+
+
+def describe_table(name: str, entry: TableReport, erase: bool) -> str:
+    """One log line for a table of the report."""
+    if erase:
+        commits = entry.get("commits", {})
+        done = (
+            ", ".join(f"snapshot {snapshot} on {ref}" for ref, snapshot in commits.items())
+            + f": {entry.get('rows_deleted', 0)} row(s) deleted"
+            if commits
+            else "no row matched, nothing committed"
+        )
+        return f"{name}: {entry.get('keys')} key(s) via {entry.get('column')}; {done}"
+    check: Any = entry.get("verification")
+    verdict = "not run" if check is None else "clean" if check.get("clean") else "not clean"
+    return (
+        f"{name}: {entry.get('status')}; {entry.get('data_files_with_erased_rows', 0)} data file(s) held "
+        f"erased rows, {entry.get('data_files_rewritten', 0)} rewritten, "
+        f"{len(entry.get('tags_dropped', []))} tag(s) dropped, "
+        f"{entry.get('snapshots_expired', 0)} snapshot(s) expired, "
+        f"{entry.get('files_deleted_by_expiry', 0)} file(s) deleted by expiry; verification {verdict}"
+    )
+
+
+def remaining_places(report: ErasureReport) -> str:
+    """Where erased keys remain, per file (never the keys), or ``""``."""
+    places = []
+    for name, entry in report.get("tables", {}).items():
+        for item in entry.get("verification", {}).get("remaining", []):
+            held_by = (
+                f"referenced by {', '.join(item.get('refs', [])) or 'snapshots kept by min_retention'}"
+                if item.get("referenced")
+                else "on storage, referenced by no snapshot"
+            )
+            places.append(f"{name}: {item.get('file')} ({item.get('rows')} row(s), {held_by})")
+    return "; ".join(places)

@@ -1,0 +1,55 @@
+"""The DML operators' input, checked without Spark: ``where``, ``set``, and the grouped parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_iceberg_dml.exceptions import InvalidExpressionError, InvalidPredicateError, UnknownColumnError
+from airflow_iceberg_dml.spec import CommitPolicy, Guards
+from airflow_iceberg_dml.sql import expression_problem
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+Config = TypeVar("Config", Guards, CommitPolicy)
+
+
+def given_once(group: str, given: object, **separate: object) -> None:
+    """Refuse a group of parameters given both as its config object and one by one."""
+    twice = [name for name, value in separate.items() if value is not None]
+    if given is not None and twice:
+        raise TypeError(f"{', '.join(twice)} given both on its own and in {group}: give each once.")
+
+
+def grouped(config: type[Config], given: Config | Mapping[str, Any] | None, **separate: Any) -> Config:
+    """The config object given, or one made of the parameters given one by one (checked here)."""
+    if given is None:
+        return config(**{name: value for name, value in separate.items() if value is not None})
+    return config(**given) if isinstance(given, Mapping) else given
+
+
+def checked_assignments(
+    table_name: str, where: object, assignments: dict[str, str], table: Table
+) -> dict[str, str]:
+    """``assignments``, once ``where`` and the ``set`` expressions are checked as text and against the
+    columns of ``table``: bad input raises the package's non-retryable errors."""
+    if not isinstance(where, str) or not where.strip():
+        raise InvalidPredicateError(
+            "where is required and must be a non-empty Spark SQL predicate; "
+            'to change every row on purpose, pass where="TRUE".'
+        )
+    problem = expression_problem(where)
+    if problem:
+        raise InvalidPredicateError(f"where={where!r}: {problem}")
+    for column, expression in assignments.items():
+        problem = expression_problem(expression)
+        if problem:
+            raise InvalidExpressionError(f"set[{column!r}]={expression!r}: {problem}")
+    columns = {field.name.lower() for field in table.schema().fields}
+    unknown = sorted(column for column in assignments if column.lower() not in columns)
+    if unknown:
+        raise UnknownColumnError(
+            f"set: column(s) {unknown} not in table {table_name!r} (columns: {sorted(columns)})."
+        )
+    return assignments

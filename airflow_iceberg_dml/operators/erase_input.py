@@ -1,0 +1,81 @@
+"""The erase operator's input, checked without Spark: the tables and their key columns, durations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.exceptions import UnknownColumnError
+from airflow_iceberg_dml.procedures import parse_age
+from airflow_iceberg_dml.spec import ErasureTarget
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyiceberg.table import Table
+
+
+@dataclass(frozen=True)
+class Through:
+    """A table whose rows name a subject through another table's rows.
+
+    ``Through("l_orderkey", table="tpch.orders", key="o_orderkey", subject="o_custkey")``: the rows whose
+    ``l_orderkey`` is the ``o_orderkey`` of a ``tpch.orders`` row whose ``o_custkey`` is a subject.
+    """
+
+    column: str
+    table: str
+    key: str
+    subject: str
+
+
+def erasure_targets(tables: Mapping[str, str | Through]) -> tuple[ErasureTarget, ...]:
+    """The spec's targets, the tables reached through another first (erased before that one is)."""
+    if not tables:
+        raise ValueError("tables must name at least one table and its key column.")
+    targets = []
+    for table, key in tables.items():
+        sql.split_table_name(table)
+        if isinstance(key, Through):
+            sql.split_table_name(key.table)
+            targets.append(ErasureTarget(table, key.column, key.table, key.key, key.subject))
+        elif isinstance(key, str) and key.strip():
+            targets.append(ErasureTarget(table, key))
+        else:
+            raise ValueError(f"tables[{table!r}] must be a key column name or a Through(...), not {key!r}.")
+    return tuple(sorted(targets, key=lambda target: target.through_table is None))
+
+
+Duration = timedelta | str
+
+
+def duration_ms(name: str, value: Duration) -> int:
+    """A duration given as a timedelta or as an age such as ``"30d"``, ``"12h"``, ``"0s"``, in ms."""
+    age = parse_age(value) if isinstance(value, str) else value
+    if not isinstance(age, timedelta) or age < timedelta(0):
+        raise ValueError(
+            f"{name}={value!r} must be a timedelta of zero or more, or an age like '30d' or '12h'."
+        )
+    return int(age.total_seconds() * 1000)
+
+
+def iso_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def column_type(table: Table, name: str, column: str) -> str:
+    """The pyiceberg type of a column, in Spark's words for the key types (``bigint``, ``string``)."""
+    from pyiceberg.types import IntegerType, LongType, StringType
+
+    for field in table.schema().fields:
+        if field.name.lower() == column.lower():
+            if isinstance(field.field_type, LongType):
+                return "bigint"
+            if isinstance(field.field_type, IntegerType):
+                return "int"
+            return "string" if isinstance(field.field_type, StringType) else str(field.field_type)
+    raise UnknownColumnError(
+        f"Table {name!r} has no column {column!r} (columns: {sorted(f.name for f in table.schema().fields)})."
+    )
