@@ -138,6 +138,39 @@ def server_command(properties_path: Path, jars: runtime.SparkJars) -> list[str]:
     return [*command, "spark-internal"]
 
 
+def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start the server process, detached from this command, its output appended to ``log_path``."""
+    import pyspark
+
+    environment = job_environment(os.environ)
+    environment.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
+    environment["PYSPARK_PYTHON"] = sys.executable
+    with log_path.open("ab") as log_file:
+        return subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=environment,
+            start_new_session=True,  # outlives this command, and a Ctrl-C in the terminal
+        )
+
+
+def _wait_until_listening(
+    process: subprocess.Popen[bytes], host: str, port: int, timeout_s: float, log_path: Path
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not port_open(host, port):
+        if process.poll() is not None:
+            raise RuntimeError(f"The Spark Connect server exited ({process.returncode}); see {log_path}.")
+        if time.monotonic() > deadline:
+            process.terminate()
+            raise RuntimeError(
+                f"The Spark Connect server did not listen within {timeout_s:.0f}s; see {log_path}."
+            )
+        time.sleep(0.5)
+
+
 def start(
     *,
     home: Path | None = None,
@@ -154,8 +187,6 @@ def start(
     DELETE and UPDATE on a scratch table first, so that the first task does not pay for loading
     Iceberg's classes.
     """
-    import pyspark
-
     folder = engine_dir(home)
     running = read_state(folder)
     if running is not None and is_alive(running.pid):
@@ -172,29 +203,9 @@ def start(
     properties_path = folder / "server.properties"
     write_private(properties_path, properties_file_text(properties))
     log_path = folder / "server.log"
-    environment = job_environment(os.environ)
-    environment.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
-    environment["PYSPARK_PYTHON"] = sys.executable
-    with log_path.open("ab") as log_file:
-        process = subprocess.Popen(
-            server_command(properties_path, jars),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=environment,
-            start_new_session=True,  # outlives this command, and a Ctrl-C in the terminal
-        )
+    process = _spawn(server_command(properties_path, jars), log_path)
     state = EngineState(process.pid, host, port, catalog.name, time.time(), str(log_path))
-    deadline = time.monotonic() + timeout_s
-    while not port_open(host, port):
-        if process.poll() is not None:
-            raise RuntimeError(f"The Spark Connect server exited ({process.returncode}); see {log_path}.")
-        if time.monotonic() > deadline:
-            process.terminate()
-            raise RuntimeError(
-                f"The Spark Connect server did not listen within {timeout_s:.0f}s; see {log_path}."
-            )
-        time.sleep(0.5)
+    _wait_until_listening(process, host, port, timeout_s, log_path)
     (folder / _STATE_FILE).write_text(json.dumps(asdict(state)))
     if warm:
         _warm(state, folder)

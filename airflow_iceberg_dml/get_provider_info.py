@@ -32,6 +32,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_iceberg_dml.operators.delete",
                     "airflow_iceberg_dml.operators.update",
                     "airflow_iceberg_dml.operators.compaction",
+                    "airflow_iceberg_dml.operators.maintenance_base",
                     "airflow_iceberg_dml.operators.maintenance",
                     "airflow_iceberg_dml.operators.erase",
                 ],

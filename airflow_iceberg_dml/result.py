@@ -18,7 +18,7 @@ from airflow_iceberg_dml.spec import Outcome, SummaryKey, snapshot_id_text
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pyiceberg.table.snapshots import Snapshot
+    from pyiceberg.table.snapshots import Snapshot, Summary
 
     from airflow_iceberg_dml.health import HealthReport
     from airflow_iceberg_dml.spec import JobRecord
@@ -220,23 +220,46 @@ def dml_result(
         raise CommitNotFoundError(
             f"The Spark job finished but no commit of this run is in the history of {table!r}."
         )
+    return _commit_result(
+        record,
+        snapshot,
+        snapshot.summary,
+        parent,
+        table=table,
+        branch=branch,
+        duration_s=duration_s,
+        health=health,
+    )
+
+
+def _commit_result(
+    record: JobRecord | None,
+    snapshot: Snapshot,
+    snapshot_summary: Summary,
+    parent: Snapshot | None,
+    *,
+    table: str,
+    branch: str,
+    duration_s: float,
+    health: HealthReport | None,
+) -> DmlResult:
+    """The result of a commit: its numbers from the summaries; the plan and mode from the record,
+    unless the commit is an earlier try's (replayed) or the driver ran remotely (no record)."""
     replayed = record is not None and record.outcome is Outcome.REPLAYED
-    summary = snapshot.summary.additional_properties
-    from_record = record is not None and not replayed
+    summary = snapshot_summary.additional_properties
+    own = None if record is None or replayed else record
     return committed_result(
         table=table,
         branch=branch,
-        operation=snapshot.summary.operation.value,
+        operation=snapshot_summary.operation.value,
         snapshot_id=snapshot.snapshot_id,
         parent_snapshot_id=snapshot.parent_snapshot_id,
         sequence_number=snapshot.sequence_number,
         timestamp_ms=snapshot.timestamp_ms,
         summary=summary,
         parent_summary=parent.summary.additional_properties if parent and parent.summary else None,
-        write_mode=record.write_mode if record is not None and from_record else None,
-        plan=record.plan.value
-        if record is not None and record.plan and from_record
-        else summary.get(SummaryKey.PLAN, ""),
+        write_mode=own.write_mode if own is not None else None,
+        plan=own.plan.value if own is not None and own.plan else summary.get(SummaryKey.PLAN, ""),
         duration_s=duration_s,
         replayed=replayed,
         health=health,

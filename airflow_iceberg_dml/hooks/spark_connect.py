@@ -74,11 +74,6 @@ class ConnectSession:
         return dict(asdict(self))
 
 
-def is_spark_connect(conn_type: str | None) -> bool:
-    """Whether a Spark connection of this type runs jobs over Spark Connect."""
-    return conn_type == CONN_TYPE
-
-
 def version_mismatch(client: str, server: str) -> str | None:
     """Why a PySpark client of version ``client`` should not drive a server of version ``server``.
 

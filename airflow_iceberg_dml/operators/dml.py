@@ -26,7 +26,7 @@ from airflow_iceberg_dml.operators.base import (
     run_key,
     table_asset_uri,
 )
-from airflow_iceberg_dml.operators.dml_input import checked_assignments, given_once, grouped
+from airflow_iceberg_dml.operators.dml_input import audit_queries, checked_assignments, given_once, grouped
 from airflow_iceberg_dml.operators.dml_report import log_dml_health, log_dml_result
 from airflow_iceberg_dml.result import DmlResult, dml_result
 from airflow_iceberg_dml.spec import (
@@ -176,11 +176,6 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
             exactly_once=exactly_once,
             conflict_retries=conflict_retries,
         )
-        if isinstance(audits, Audits):
-            given_once("audits", audits, keep_failed_branch=keep_failed_branch)
-            # The queries stay a plain mapping, so that Airflow renders them in either form.
-            keep_failed_branch = audits.keep_failed_branch
-            audits = dict(audits.queries)
         self.where = where
         # Not ``self.parameters``: the OpenLineage provider copies an operator attribute of that name
         # (meant for SQL check operators) into every event, and these values can be personal data.
@@ -193,8 +188,7 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         self.max_rows_affected = max_rows_affected
         self.max_fraction_affected = max_fraction_affected
         self.dry_run = dry_run
-        self.audits = audits
-        self.keep_failed_branch = bool(keep_failed_branch)
+        self.audits, self.keep_failed_branch = audit_queries(audits, keep_failed_branch)
         self.commit_policy = commit_policy
         self.isolation_level = isolation_level
         self.exactly_once = exactly_once

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_iceberg_dml.exceptions import InvalidExpressionError, InvalidPredicateError, UnknownColumnError
-from airflow_iceberg_dml.spec import CommitPolicy, Guards
+from airflow_iceberg_dml.spec import Audits, CommitPolicy, Guards
 from airflow_iceberg_dml.sql import expression_problem
 
 if TYPE_CHECKING:
@@ -53,3 +53,14 @@ def checked_assignments(
             f"set: column(s) {unknown} not in table {table_name!r} (columns: {sorted(columns)})."
         )
     return assignments
+
+
+def audit_queries(
+    audits: Mapping[str, str] | Audits | None, keep_failed_branch: bool | None
+) -> tuple[Mapping[str, str] | None, bool]:
+    """(the audit queries as a plain mapping, so that Airflow renders them in either form; whether to
+    keep a failed audit's branch), from ``audits`` given either way."""
+    if isinstance(audits, Audits):
+        given_once("audits", audits, keep_failed_branch=keep_failed_branch)
+        return dict(audits.queries), audits.keep_failed_branch
+    return audits, bool(keep_failed_branch)

@@ -1,0 +1,195 @@
+"""The shape the code promises (docs/engines.md, the README's "How it works"): checked, not hoped for.
+
+Sizes, operators blind to the engines, template fields named as their constructor parameters, every
+module registered with the provider, and no import circle in ``bench/``. Pure reading of the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import airflow_iceberg_dml
+from airflow_iceberg_dml.get_provider_info import get_provider_info
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "airflow_iceberg_dml"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+#: Template fields deliberately not named as their parameter, and why.
+RENAMED_TEMPLATE_FIELDS = {
+    # The OpenLineage provider copies an operator attribute called ``parameters`` into every event
+    # (its airflow run facet); the bound values can be personal data (tests/test_lineage.py).
+    "parameter_values": "parameters",
+}
+
+
+def _sources(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*.py") if "__pycache__" not in path.parts)
+
+
+def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def test_no_module_of_the_package_is_over_400_lines():
+    long = {
+        str(path.relative_to(REPO)): count
+        for path in _sources(PACKAGE)
+        if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_no_function_of_the_package_is_over_60_lines():
+    long = {
+        f"{path.relative_to(REPO)}:{node.name}": node.end_lineno - node.lineno + 1  # type: ignore[operator]
+        for path in _sources(PACKAGE)
+        for node in _functions(ast.parse(path.read_text()))
+        if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES  # type: ignore[operator]
+    }
+    assert long == {}
+
+
+def test_the_operators_never_name_a_concrete_engine():
+    engines = (
+        "IcebergSparkSubmitHook",
+        "IcebergSparkConnectHook",
+        "hooks.spark_submit",
+        "hooks.spark_connect",
+    )
+    named = [
+        f"{path.relative_to(REPO)}: {name}"
+        for folder in ("operators", "sensors", "triggers")
+        for path in _sources(PACKAGE / folder)
+        for name in engines
+        if name in path.read_text()
+    ]
+    assert named == []
+
+
+def _package_modules() -> list[str]:
+    return sorted(
+        module.name
+        for module in pkgutil.walk_packages([str(PACKAGE)], prefix="airflow_iceberg_dml.")
+        if not module.name.startswith("airflow_iceberg_dml.jobs")
+    )
+
+
+def _operator_classes() -> list[type]:
+    from airflow.sdk import BaseOperator
+
+    found = {}
+    for name in _package_modules():
+        if not name.startswith(("airflow_iceberg_dml.operators", "airflow_iceberg_dml.sensors")):
+            continue
+        for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass):
+            if issubclass(cls, BaseOperator) and cls.__module__.startswith("airflow_iceberg_dml"):
+                found[cls.__qualname__] = cls
+    return [found[name] for name in sorted(found)]
+
+
+def _constructor_parameters(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names |= set(inspect.signature(init).parameters)
+    return names
+
+
+@pytest.mark.parametrize("operator", _operator_classes(), ids=lambda cls: cls.__name__)
+def test_every_template_field_is_named_as_its_constructor_parameter(operator):
+    parameters = _constructor_parameters(operator)
+    unnamed = [
+        field
+        for field in operator.template_fields
+        if RENAMED_TEMPLATE_FIELDS.get(field, field) not in parameters
+    ]
+    assert unnamed == []
+
+
+def test_there_are_operators_to_check():
+    names = {cls.__name__ for cls in _operator_classes()}
+    assert {"IcebergDeleteOperator", "IcebergUpdateOperator", "IcebergEraseOperator"} <= names
+
+
+def _defines(module: str, base: type) -> bool:
+    classes = inspect.getmembers(importlib.import_module(module), inspect.isclass)
+    return any(issubclass(cls, base) and cls.__module__ == module for _, cls in classes)
+
+
+def test_the_provider_lists_every_hook_operator_sensor_and_trigger_module():
+    from airflow.sdk import BaseHook, BaseOperator
+    from airflow.triggers.base import BaseTrigger
+
+    bases = {"hooks": BaseHook, "operators": BaseOperator, "sensors": BaseOperator, "triggers": BaseTrigger}
+    info = get_provider_info()
+    listed = {
+        module
+        for kind in ("hooks", "operators", "sensors", "triggers")
+        for entry in info[kind]
+        for module in entry["python-modules"]
+    }
+    for kind in ("hooks", "operators", "sensors", "triggers"):
+        modules = [f"airflow_iceberg_dml.{kind}.{path.stem}" for path in (PACKAGE / kind).glob("*.py")]
+        expected = {module for module in modules if _defines(module, bases[kind])}
+        assert expected, kind
+        assert expected - listed == set(), kind
+    for module in listed:
+        importlib.import_module(module)
+
+
+def test_the_provider_reports_this_package_version():
+    assert get_provider_info()["versions"] == [airflow_iceberg_dml.__version__]
+
+
+def _bench_imports() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in _sources(REPO / "bench"):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bench"):
+                imported.add(node.module)
+                imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name.startswith("bench")}
+        graph[module] = imported
+    return {module: imported & graph.keys() for module, imported in graph.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = 1
+        for other in sorted(graph[module]):
+            if other == module or other in {"bench"}:
+                continue
+            if state.get(other) == 1:
+                return [*path, module, other]
+            if other not in state and (found := visit(other, [*path, module])):
+                return found
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module, [])):
+            return found
+    return None
+
+
+def test_bench_has_no_import_circle():
+    graph = _bench_imports()
+    assert "bench.bench_engines" in graph
+    assert _cycle(graph) is None
+
+
+def test_the_circle_check_finds_a_circle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
