@@ -75,6 +75,7 @@ def lineage_run(spark, catalog_hook, airflow_db, tmp_path_factory):
         events=[json.loads(line) for line in raw.splitlines() if line.strip()],
         erase=xcom_result(dag_run, "erase"),
         fix=xcom_result(dag_run, "fix"),
+        seen=xcom_result(dag_run, "seen"),
         spark_properties=xcom_result(dag_run, "spark_properties"),
     )
 
@@ -90,7 +91,12 @@ def _task_events(run, task_id: str) -> dict[str, dict]:
 @pytest.mark.spark_submit
 def test_delete_and_update_emit_start_and_complete_with_the_exact_commits(lineage_run, catalog_hook):
     run = lineage_run
-    assert run.states == {"erase": "success", "fix": "success", "spark_properties": "success"}
+    assert run.states == {
+        "erase": "success",
+        "fix": "success",
+        "seen": "success",
+        "spark_properties": "success",
+    }
     table = load(catalog_hook, run.table)
     fix_snapshot = table.current_snapshot()
     erase_snapshot = table.snapshot_by_id(fix_snapshot.parent_snapshot_id)
@@ -179,6 +185,17 @@ def test_no_parameter_value_reaches_the_facets_of_this_package(lineage_run):
         assert value not in text
     # The values did reach the table: the task bound them.
     assert lineage_run.fix["rows_inserted"] == 1
+
+
+@pytest.mark.spark_submit
+def test_the_sensor_reports_the_table_it_saw_at_the_matched_snapshot(lineage_run, catalog_hook):
+    complete = _task_events(lineage_run, "seen")["COMPLETE"]
+    (dataset,) = complete["inputs"]
+    location = urlsplit(load(catalog_hook, lineage_run.table).location()).path
+    assert (dataset["namespace"], dataset["name"]) == ("file", location)
+    assert dataset["facets"]["version"]["datasetVersion"] == lineage_run.fix["snapshot_id"]
+    assert lineage_run.seen["snapshot_id"] == lineage_run.fix["snapshot_id"]
+    assert complete["outputs"] == []
 
 
 @pytest.mark.spark_submit

@@ -302,9 +302,9 @@ def test_log_routing_keeps_job_lines_and_problems_at_info():
 
 def test_missing_connection_error_is_a_non_retryable_catalog_error():
     error = error_from_record("CatalogConnectionNotFoundError", "no connection 'lake'")
-    assert isinstance(error, CatalogConnectionNotFoundError)
-    assert isinstance(error, CatalogConfigError)
-    assert not error.retryable
+    assert type(error) is CatalogConnectionNotFoundError
+    assert CatalogConfigError in type(error).__mro__
+    assert (str(error), error.retryable) == ("no connection 'lake'", False)
 
 
 def test_spec_round_trips_through_json():

@@ -248,8 +248,19 @@ class IcebergSnapshotSensor(lineage.IcebergLineageMixin, BaseSensorOperator):
         )
         return lineage.operator_lineage(inputs, [])
 
+    def _remember_lineage(self) -> None:
+        """Read the table once, on a match, for the lineage events (only when OpenLineage is on)."""
+        if not lineage.openlineage_enabled():
+            return
+        hook = IcebergCatalogHook(self.catalog_conn_id)
+        try:
+            self.remember_lineage_table(hook, hook.load_table(self.table))
+        except IcebergDmlError as error:  # lineage is informative: it never fails the sensor
+            self.log.info("No lineage for %s: %s", self.table, error)
+
     def _log_match(self, match: SnapshotMatch) -> None:
         self._lineage_result = match
+        self._remember_lineage()
         self.log.info(
             "Matched %d commit(s) on %s (%s); newest: snapshot %s (%s, sequence number %s, committed %s).",
             len(match["snapshots"]),

@@ -1,5 +1,6 @@
 """DAG run by tests/test_lineage.py: a DELETE and an UPDATE whose parameter values must never reach
-lineage, and a task that returns the Spark properties a job of this task would get."""
+lineage, a sensor that sees the UPDATE's commit, and a task that returns the Spark properties a job
+of this task would get."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from airflow.sdk import DAG, task
 
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+from airflow_iceberg_dml.sensors.snapshot import IcebergSnapshotSensor
 
 with DAG(
     "lineage_test",
@@ -36,4 +38,12 @@ with DAG(
 
         return spark_lineage_properties(context, inject_parent_job=True, inject_transport=True)
 
-    erase >> fix >> spark_properties()
+    seen = IcebergSnapshotSensor(
+        task_id="seen",
+        table="{{ params.table }}",
+        newer_than_snapshot_id="{{ ti.xcom_pull(task_ids='erase')['snapshot_id'] }}",
+        poke_interval=1,
+        timeout=120,
+    )
+
+    erase >> fix >> seen >> spark_properties()
