@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
     AuditFailedError,
     ConcurrentCommitError,
@@ -31,7 +32,6 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
-    commit_conflict,
     error_condition,
     error_message,
     error_parameters,
@@ -61,11 +61,6 @@ if TYPE_CHECKING:
 SNAPSHOT_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
 ICEBERG_DEFAULT_WRITE_MODE = WriteMode.COPY_ON_WRITE
 _MODE_PROPERTY = {JobKind.DELETE: "write.delete.mode", JobKind.UPDATE: "write.update.mode"}
-
-
-#: Iceberg's commit conflicts: validation refused the commit, the commit lost a race, or its state is
-#: unknown (then only the run key tells whether it landed).
-_CONFLICTS = ("ValidationException", "CommitFailedException", "CommitStateUnknownException")
 
 
 def _one_line(statement: str) -> str:
@@ -117,32 +112,23 @@ class DmlJob:
         self.state.refresh()  # a missing table is named before anything else
         head = self.state.head(self.ref)  # and so is a missing branch
         self._validate()
-        attempts = spec.commit_policy.conflict_retries + 1
-        for attempt in range(1, attempts + 1):
-            if attempt > 1:  # re-plan on the head the conflicting commit made
-                self.state.refresh()
-                head = self.state.head(self.ref)
-            try:
-                return self._attempt(head)
-            except Exception as error:
-                conflict = commit_conflict(error, _CONFLICTS)
-                if conflict is None:
-                    raise
-                state_unknown = "CommitStateUnknown" in conflict
-                if attempt == attempts or (
-                    state_unknown and not (spec.commit_policy.exactly_once and spec.run_key)
-                ):
-                    raise ConcurrentCommitError(
-                        f"Commit of the change to {self.table_name} failed after {attempt} attempt(s): "
-                        f"{conflict}. "
-                        + (
-                            "The commit state is unknown: check the table history before re-running."
-                            if state_unknown
-                            else "Nothing of this change was committed; the task can be retried."
-                        )
-                    ) from None
-                log(f"Commit conflict (attempt {attempt} of {attempts}): {conflict}. Re-planning.")
-        raise AssertionError("unreachable")
+        policy = ConflictRetry(
+            spec.commit_policy.conflict_retries,
+            # Each attempt first looks for this run key's commit: one that landed is found, not re-applied.
+            can_check_landed=spec.commit_policy.exactly_once and spec.run_key is not None,
+        )
+        heads = [head]
+
+        def replan() -> None:  # on the head the conflicting commit made
+            self.state.refresh()
+            heads.append(self.state.head(self.ref))
+
+        return policy.run(
+            lambda _: self._attempt(heads[-1]),
+            what=f"Commit of the change to {self.table_name}",
+            log=log,
+            replan=replan,
+        )
 
     def _attempt(self, head_before: int | None) -> JobRecord:
         """One plan-and-commit from ``head_before``; a commit conflict makes ``run`` try again."""

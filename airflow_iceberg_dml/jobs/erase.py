@@ -34,15 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import procedures, sql
 from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
-    ConcurrentCommitError,
     InvalidSubjectsError,
     UnknownColumnError,
 )
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
-    commit_conflict,
     error_condition,
     error_message,
     functions,
@@ -70,7 +69,6 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-_CONFLICTS = ("ValidationException", "CommitFailedException")
 #: Spark's names of the key types an erasure accepts; other keys are cast in ``subjects_query``.
 _INTEGRAL = frozenset({"tinyint", "smallint", "int", "bigint"})
 #: Larger than any data file: ``rewrite_data_files`` then picks files by their delete files only.
@@ -423,35 +421,23 @@ class ErasureJob:
         arguments.append(("options", f"map({options})"))
         body = ", ".join(f"{name} => {value}" for name, value in arguments)
         statement = f"CALL {sql.quote_identifier(self.spec.catalog)}.system.rewrite_data_files({body})"
-        attempts = self.spec.conflict_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                row = self.spark.sql(statement).collect()[0].asDict()
-            except Exception as error:
-                conflict = commit_conflict(error, _CONFLICTS)
-                if conflict is None:
-                    raise
-                if attempt == attempts:
-                    raise ConcurrentCommitError(
-                        f"Purge of {table} (branch {branch}): the rewrite conflicted with concurrent commits "
-                        f"{attempt} time(s); nothing of it was committed and the concurrent changes stand. "
-                        f"A retry plans it again. Iceberg: {conflict}"
-                    ) from None
-                log(f"{table}: the rewrite conflicted with a concurrent commit ({conflict}); planning again.")
-                state.refresh()
-                continue
-            result = {key: int(value or 0) for key, value in row.items() if key.endswith("_count")}
-            rewritten = result.get("rewritten_data_files_count", 0)
-            log(
-                f"{table} (branch {branch}): rewrote {rewritten} data file(s) "
-                f"into {result.get('added_data_files_count', 0)}, removed "
-                f"{result.get('removed_delete_files_count', 0)} delete file(s)"
-            )
-            return {
-                "rewritten_data_files_count": result.get("rewritten_data_files_count", 0),
-                "removed_delete_files_count": result.get("removed_delete_files_count", 0),
-            }
-        raise AssertionError("unreachable")
+        row = ConflictRetry(self.spec.conflict_retries).run(
+            lambda _: self.spark.sql(statement).collect()[0].asDict(),
+            what=f"Purge of {table} (branch {branch}): the rewrite",
+            log=log,
+            replan=state.refresh,
+        )
+        result = {key: int(value or 0) for key, value in row.items() if key.endswith("_count")}
+        rewritten = result.get("rewritten_data_files_count", 0)
+        log(
+            f"{table} (branch {branch}): rewrote {rewritten} data file(s) "
+            f"into {result.get('added_data_files_count', 0)}, removed "
+            f"{result.get('removed_delete_files_count', 0)} delete file(s)"
+        )
+        return {
+            "rewritten_data_files_count": result.get("rewritten_data_files_count", 0),
+            "removed_delete_files_count": result.get("removed_delete_files_count", 0),
+        }
 
     def _references(self, state: TableState, snapshot_id: int, files: set[str]) -> list[str]:
         """Which of ``files`` the snapshot references (as data files)."""

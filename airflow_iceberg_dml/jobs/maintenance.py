@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import procedures, sql
 from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
-    ConcurrentCommitError,
     InvalidMaintenanceOptionError,
     InvalidPredicateError,
     UnknownColumnError,
@@ -39,7 +39,6 @@ from airflow_iceberg_dml.exceptions import (
 from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
-    commit_conflict,
     error_condition,
     error_message,
     functions,
@@ -72,7 +71,6 @@ if TYPE_CHECKING:
 
 #: remove_orphan_files can list many files; the record keeps this many of them (and the count).
 MAX_LISTED_ORPHANS = 1000
-_CONFLICT_EXCEPTIONS = ("ValidationException", "CommitFailedException")
 
 
 class MaintenanceJob:
@@ -313,47 +311,36 @@ class MaintenanceJob:
     def _with_conflict_retries(
         self, name: str, table: Any, attempt: Callable[[], dict[str, Any]]
     ) -> dict[str, Any]:
-        """Run a rewrite; plan it again from the new table state when it lost to a concurrent commit."""
+        """Run a rewrite; plan it again from the new table state when it lost to a concurrent commit,
+        or when partial progress left files that could not be rewritten (one budget for both)."""
         retries = self.spec.conflict_retries
         totals: dict[str, Any] = {}
-        for number in range(retries + 1):
+
+        def once(number: int) -> dict[str, Any]:
+            if number > 1:
+                self.conflict_retries += 1
             if table is not None:
                 table.refresh()  # the Java table the action plans from: see the new head
-            try:
-                output = attempt()
-            except Exception as error:
-                conflict = commit_conflict(error, _CONFLICT_EXCEPTIONS)
-                if conflict is None:
-                    raise
-                if number == retries:
-                    raise ConcurrentCommitError(
-                        f"{name}: a concurrent commit conflicted with the rewrite {number + 1} time(s); "
-                        "Iceberg refused to commit it, so the concurrent change stands and this rewrite "
-                        f"committed nothing. A retry of the task plans it again. Iceberg: {conflict}"
-                    ) from None
-                self.conflict_retries += 1
-                log(
-                    f"{name}: conflict with a concurrent commit, nothing of this attempt was committed "
-                    f"({conflict}). Planning again from the new table state "
-                    f"(retry {number + 1} of {retries})."
-                )
-                continue
+            output = attempt()
             for key, value in output.items():
                 totals[key] = value if key == "failed_data_files_count" else totals.get(key, 0) + value
+            return output
+
+        policy = ConflictRetry(retries)
+        for number in range(1, retries + 2):
+            output = policy.run(once, what=f"{name}: the rewrite", log=log)
             failed = int(output.get("failed_data_files_count", 0))
             if not failed:
                 return totals
-            if number == retries:
-                log(
-                    f"{name}: {failed} data files could not be rewritten (partial progress); "
-                    "left as they are."
-                )
+            if number > retries or self.conflict_retries >= retries:
+                log(f"{name}: {failed} data files could not be rewritten (partial progress); left as is.")
                 return totals
             self.conflict_retries += 1
             log(
                 f"{name}: {failed} data files could not be rewritten (partial progress: a group failed or "
-                f"conflicted). Planning again for them (retry {number + 1} of {retries})."
+                f"conflicted). Planning again for them (retry {self.conflict_retries} of {retries})."
             )
+            policy = ConflictRetry(retries - self.conflict_retries)
         return totals
 
     # -- commits ---------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -22,6 +21,14 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_iceberg_dml.conflicts import (
+    error_condition,
+    error_message,
+    error_parameters,
+    is_input_error,
+    java_causes,
+    sql_state,
+)
 from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError
 from airflow_iceberg_dml.spec import LOG_PREFIX, JobRecord, JobSpec, Outcome
 
@@ -139,107 +146,27 @@ class ProgressReporter(threading.Thread):
             self._spark.removeProgressHandler(self._on_progress)
 
 
-#: A Spark Connect error's message starts with the server-side class: ``(org.apache...Exception) ...``.
-_CONNECT_CLASS_PREFIX = re.compile(r"^\(([\w.$]+)\) ")
-_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+)(?::\s?(.*))?$")
-
-
-def error_message(error: BaseException) -> str:
-    """The error's own message, without the Java stack trace py4j or Spark Connect appends."""
-    java_exception = getattr(error, "java_exception", None)
-    if java_exception is not None and not hasattr(error, "getCondition"):
-        return str(java_exception.getMessage())
-    get_message = getattr(error, "getMessage", None)
-    message = str(get_message() if callable(get_message) and _connect_error(error) else error)
-    return _CONNECT_CLASS_PREFIX.sub("", message.split("\n\nJVM stacktrace:", 1)[0]).strip()
-
-
-def _connect_error(error: BaseException) -> bool:
-    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
-
-    return isinstance(error, SparkConnectGrpcException)
-
-
-def error_condition(error: BaseException) -> str:
-    """Spark's error condition (e.g. ``UNRESOLVED_COLUMN.WITH_SUGGESTION``), or ``""``."""
-    get_condition = getattr(error, "getCondition", None)
-    return str(get_condition() or "") if callable(get_condition) else ""
-
-
-def sql_state(error: BaseException) -> str:
-    """The SQLSTATE Spark gave the error (e.g. ``42703``), or ``""``."""
-    get_sql_state = getattr(error, "getSqlState", None)
-    return str(get_sql_state() or "") if callable(get_sql_state) else ""
-
-
-def error_parameters(error: BaseException) -> dict[str, str]:
-    """The named parts of Spark's message (``colName``, ``srcType`` ...), or ``{}``."""
-    get_parameters = getattr(error, "getMessageParameters", None)
-    parameters = get_parameters() if callable(get_parameters) else None
-    return {str(key): str(value) for key, value in (parameters or {}).items()}
-
-
-#: SQLSTATE classes of errors in what the user wrote or in the data it meets, which a retry meets
-#: again: cardinality (21), data exception (22: a malformed cast, an overflow, a division by zero),
-#: integrity constraint (23), syntax or analysis (42), feature not supported (0A).
-_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A")
-#: Conditions of the same kind whose SQLSTATE is a data source's own (``KD000``).
-_INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
-
-
-def is_input_error(error: BaseException) -> bool:
-    """Whether Spark failed on the statement's own text or on the data it evaluated, not on the
-    cluster, the network or the catalog: retrying cannot help."""
-    return sql_state(error)[:2] in _INPUT_SQLSTATE_CLASSES or error_condition(error).startswith(
-        _INPUT_CONDITIONS
-    )
-
-
-def java_causes(error: BaseException) -> list[tuple[str, str]]:
-    """(class name, message) of the Java exception behind ``error`` and its causes, outermost first.
-
-    A classic driver hands over the Java exception itself (py4j's errors as ``java_exception``,
-    PySpark's captured SQL errors as ``_origin``); Spark Connect sends its class in the message and
-    its causes in the server's stack trace (``getStackTrace``: ``Caused by: <class>: <message>``).
-    """
-    if _connect_error(error):
-        return _connect_causes(error)
-    causes: list[tuple[str, str]] = []
-    java_exception = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-    while java_exception is not None and len(causes) < 20:
-        causes.append((str(java_exception.getClass().getName()), str(java_exception.getMessage())))
-        java_exception = java_exception.getCause()
-    return causes
-
-
-def _connect_causes(error: Any) -> list[tuple[str, str]]:
-    message = str(error.getMessage())
-    outermost = _CONNECT_CLASS_PREFIX.match(message)
-    trace = str(error.getStackTrace() or "")
-    first_line = trace.splitlines()[0].strip() if trace.strip() else ""
-    class_name = outermost.group(1) if outermost else first_line.split(":", 1)[0]
-    causes = [(class_name, error_message(error))] if class_name else []
-    for line in trace.splitlines():
-        caused_by = _CAUSED_BY.match(line.strip())
-        if caused_by:
-            causes.append((caused_by.group(1), caused_by.group(2) or ""))
-    return causes
-
-
-def commit_conflict(error: BaseException, kinds: tuple[str, ...]) -> str | None:
-    """``"<Exception>: <first line>"`` when one of ``kinds`` (Iceberg exception class names) is behind
-    ``error``, else None."""
-    for class_name, message in java_causes(error):
-        kind = class_name.rsplit(".", 1)[-1]
-        if kind in kinds:
-            first_line = next((line for line in message.splitlines() if line.strip()), "")
-            return f"{kind}: {first_line.strip()[:300]}"
-    return None
+__all__ = [
+    "error_condition",
+    "error_message",
+    "error_parameters",
+    "is_input_error",
+    "java_causes",
+    "sql_state",
+]
 
 
 def application_id(spark: SparkSession) -> str:
     """The Spark application id, as Iceberg records it in every commit's ``spark.app.id``."""
     return str(spark.conf.get("spark.app.id"))
+
+
+def _application_id_or_none(spark: SparkSession) -> str | None:
+    """The application id, or None when the session cannot say (a Spark Connect server that is gone)."""
+    try:
+        return application_id(spark)
+    except Exception:  # noqa: BLE001 - asked before the job runs; its failure is the job's to report
+        return None
 
 
 def write_record(path: str | None, record: JobRecord) -> None:
@@ -262,6 +189,9 @@ def run_job(
     them (e.g. Iceberg refusing an option); anything else is reported as ``SparkJobError``, with its
     trace in the driver log.
     """
+    # Read before the job runs: after a failure the session may be gone (a lost Connect server), and
+    # asking it then would raise a second error that hides the first.
+    app_id = _application_id_or_none(spark)
     progress = ProgressReporter(spark)
     progress.start()
     try:
@@ -275,7 +205,7 @@ def run_job(
         log(f"FAILED ({type(known).__name__}): {known}")
         return JobRecord(
             outcome=Outcome.FAILED,
-            spark_app_id=application_id(spark),
+            spark_app_id=app_id,
             error_type=type(known).__name__,
             error_message=str(known),
             retryable=known.retryable,

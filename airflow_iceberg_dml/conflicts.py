@@ -1,0 +1,215 @@
+"""One policy for what a failure means, on both engines: conflict, maybe committed, bad input, or other.
+
+The only place in the package that names Iceberg's commit exceptions. A job asks :func:`classify` what
+went wrong and runs every commit through :meth:`ConflictRetry.run`, which re-plans on the new head
+after a conflict, with jittered exponential backoff, within one budget (``conflict_retries``).
+
+No Airflow import: the jobs run this on a Spark driver, and the Connect engine in the worker. PySpark
+is imported inside functions only, so that the Airflow side can import this module without a session.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_iceberg_dml.exceptions import ConcurrentCommitError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+T = TypeVar("T")
+
+
+class FailureKind(StrEnum):
+    """What a failure means for the change, and so what a retry may do."""
+
+    COMMIT_CONFLICT = "commit-conflict"
+    """Another writer committed first (Iceberg refused this commit): re-plan on the new head."""
+    COMMIT_STATE_UNKNOWN = "commit-state-unknown"
+    """The commit may have landed: look for the run key in the history before trying again."""
+    BAD_INPUT = "bad-input"
+    """The statement's own text, or the data it met, is wrong: retrying cannot help."""
+    OTHER = "other"
+    """Anything else (the cluster, the network, the catalog): Airflow's retries may help."""
+
+
+#: Iceberg's exceptions, by simple class name, for each commit failure kind.
+ICEBERG_COMMIT_EXCEPTIONS: dict[str, FailureKind] = {
+    "ValidationException": FailureKind.COMMIT_CONFLICT,
+    "CommitFailedException": FailureKind.COMMIT_CONFLICT,
+    "CommitStateUnknownException": FailureKind.COMMIT_STATE_UNKNOWN,
+}
+
+
+#: A Spark Connect error's message starts with the server-side class: ``(org.apache...Exception) ...``.
+_CONNECT_CLASS_PREFIX = re.compile(r"^\(([\w.$]+)\) ")
+_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+)(?::\s?(.*))?$")
+
+
+def error_message(error: BaseException) -> str:
+    """The error's own message, without the Java stack trace py4j or Spark Connect appends."""
+    java_exception = getattr(error, "java_exception", None)
+    if java_exception is not None and not hasattr(error, "getCondition"):
+        return str(java_exception.getMessage())
+    get_message = getattr(error, "getMessage", None)
+    message = str(get_message() if callable(get_message) and _connect_error(error) else error)
+    return _CONNECT_CLASS_PREFIX.sub("", message.split("\n\nJVM stacktrace:", 1)[0]).strip()
+
+
+def _connect_error(error: BaseException) -> bool:
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    return isinstance(error, SparkConnectGrpcException)
+
+
+def error_condition(error: BaseException) -> str:
+    """Spark's error condition (e.g. ``UNRESOLVED_COLUMN.WITH_SUGGESTION``), or ``""``."""
+    get_condition = getattr(error, "getCondition", None)
+    return str(get_condition() or "") if callable(get_condition) else ""
+
+
+def sql_state(error: BaseException) -> str:
+    """The SQLSTATE Spark gave the error (e.g. ``42703``), or ``""``."""
+    get_sql_state = getattr(error, "getSqlState", None)
+    return str(get_sql_state() or "") if callable(get_sql_state) else ""
+
+
+def error_parameters(error: BaseException) -> dict[str, str]:
+    """The named parts of Spark's message (``colName``, ``srcType`` ...), or ``{}``."""
+    get_parameters = getattr(error, "getMessageParameters", None)
+    parameters = get_parameters() if callable(get_parameters) else None
+    return {str(key): str(value) for key, value in (parameters or {}).items()}
+
+
+#: SQLSTATE classes of errors in what the user wrote or in the data it meets, which a retry meets
+#: again: cardinality (21), data exception (22: a malformed cast, an overflow, a division by zero),
+#: integrity constraint (23), syntax or analysis (42), feature not supported (0A).
+_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A")
+#: Conditions of the same kind whose SQLSTATE is a data source's own (``KD000``).
+_INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
+
+
+def is_input_error(error: BaseException) -> bool:
+    """Whether Spark failed on the statement's own text or on the data it evaluated, not on the
+    cluster, the network or the catalog: retrying cannot help."""
+    return sql_state(error)[:2] in _INPUT_SQLSTATE_CLASSES or error_condition(error).startswith(
+        _INPUT_CONDITIONS
+    )
+
+
+def java_causes(error: BaseException) -> list[tuple[str, str]]:
+    """(class name, message) of the Java exception behind ``error`` and its causes, outermost first.
+
+    A classic driver hands over the Java exception itself (py4j's errors as ``java_exception``,
+    PySpark's captured SQL errors as ``_origin``); Spark Connect sends its class in the message and
+    its causes in the server's stack trace (``getStackTrace``: ``Caused by: <class>: <message>``).
+    """
+    if _connect_error(error):
+        return _connect_causes(error)
+    causes: list[tuple[str, str]] = []
+    java_exception = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    while java_exception is not None and len(causes) < 20:
+        causes.append((str(java_exception.getClass().getName()), str(java_exception.getMessage())))
+        java_exception = java_exception.getCause()
+    return causes
+
+
+def _connect_causes(error: Any) -> list[tuple[str, str]]:
+    message = str(error.getMessage())
+    outermost = _CONNECT_CLASS_PREFIX.match(message)
+    trace = str(error.getStackTrace() or "")
+    first_line = trace.splitlines()[0].strip() if trace.strip() else ""
+    class_name = outermost.group(1) if outermost else first_line.split(":", 1)[0]
+    causes = [(class_name, error_message(error))] if class_name else []
+    for line in trace.splitlines():
+        caused_by = _CAUSED_BY.match(line.strip())
+        if caused_by:
+            causes.append((caused_by.group(1), caused_by.group(2) or ""))
+    return causes
+
+
+def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
+    """(kind, ``"<Exception>: <first line>"``) when an Iceberg commit exception is behind ``error``."""
+    for class_name, message in java_causes(error):
+        kind = class_name.rsplit(".", 1)[-1]
+        if kind in ICEBERG_COMMIT_EXCEPTIONS:
+            first_line = next((line for line in message.splitlines() if line.strip()), "")
+            return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line.strip()[:300]}"
+    return None
+
+
+def classify(error: BaseException) -> FailureKind:
+    """What ``error`` means for the change (see :class:`FailureKind`)."""
+    found = commit_failure(error)
+    if found is not None:
+        return found[0]
+    return FailureKind.BAD_INPUT if is_input_error(error) else FailureKind.OTHER
+
+
+@dataclass(frozen=True)
+class ConflictRetry:
+    """Re-plan a change after a commit conflict, ``retries`` times at most, with jittered backoff.
+
+    :param retries: Re-plans after the first attempt (the ``conflict_retries`` setting).
+    :param can_check_landed: Whether each attempt first looks for its own earlier commit (the run
+        key): only then is a commit whose state is unknown tried again.
+    :param base_delay_s: Backoff before the first re-plan; it doubles, up to ``max_delay_s``, and the
+        wait is drawn uniformly below it (full jitter), so that writers that collided spread out.
+    """
+
+    retries: int
+    can_check_landed: bool = False
+    base_delay_s: float = 0.25
+    max_delay_s: float = 4.0
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    uniform: Callable[[float, float], float] = field(default=random.uniform, repr=False)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return self.uniform(0.0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+
+    def run(
+        self,
+        attempt: Callable[[int], T],
+        *,
+        what: str,
+        log: Callable[[str], None],
+        replan: Callable[[], None] | None = None,
+    ) -> T:
+        """``attempt(number)`` until it returns; after a conflict, wait, ``replan()``, try again.
+
+        Raises :class:`ConcurrentCommitError` (retryable) when the budget is spent, or at once when the
+        commit state is unknown and the attempt cannot check whether it landed; any other failure
+        passes through untouched.
+        """
+        attempts = self.retries + 1
+        for number in range(1, attempts + 1):
+            try:
+                return attempt(number)
+            except Exception as error:
+                found = commit_failure(error)
+                if found is None:
+                    raise
+                kind, description = found
+                unknown = kind is FailureKind.COMMIT_STATE_UNKNOWN
+                if number == attempts or (unknown and not self.can_check_landed):
+                    raise ConcurrentCommitError(_gave_up(what, number, description, unknown)) from None
+                log(f"Commit conflict (attempt {number} of {attempts}): {description}. Re-planning.")
+                self.sleep(self.delay(number))
+                if replan is not None:
+                    replan()
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _gave_up(what: str, attempts: int, description: str, unknown: bool) -> str:
+    outcome = (
+        "The commit state is unknown: check the table history before re-running."
+        if unknown
+        else "Nothing of this change was committed; the task can be retried."
+    )
+    return f"{what} failed after {attempts} attempt(s): {description}. {outcome}"

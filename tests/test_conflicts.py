@@ -1,0 +1,228 @@
+"""The one conflict policy: which failures are conflicts, maybe-committed, bad input; one retry loop.
+
+Pure logic: the errors are stand-ins shaped like what py4j (a classic driver) and Spark Connect hand
+over; the real ones are exercised by tests/test_safety.py and tests/test_concurrency.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_iceberg_dml.conflicts import (
+    ICEBERG_COMMIT_EXCEPTIONS,
+    ConflictRetry,
+    FailureKind,
+    classify,
+    commit_failure,
+)
+from airflow_iceberg_dml.exceptions import ConcurrentCommitError
+
+
+class _JavaException:
+    """What py4j gives for a Java exception: its class, message and cause."""
+
+    def __init__(self, name: str, message: str, cause: _JavaException | None = None) -> None:
+        self._name, self._message, self._cause = name, message, cause
+
+    def getClass(self):  # noqa: N802 - the Java API
+        name = self._name
+        return type("Class", (), {"getName": lambda _: name})()
+
+    def getMessage(self):  # noqa: N802
+        return self._message
+
+    def getCause(self):  # noqa: N802
+        return self._cause
+
+
+class _Py4JError(Exception):
+    def __init__(self, java_exception: _JavaException) -> None:
+        super().__init__(java_exception.getMessage())
+        self.java_exception = java_exception
+
+
+class _SqlError(Exception):
+    """PySpark's captured analysis/data errors: a SQLSTATE, and no Java class."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(f"SQLSTATE {state}")
+        self._state = state
+
+    def getSqlState(self):  # noqa: N802
+        return self._state
+
+    def getCondition(self):  # noqa: N802
+        return ""
+
+
+def _iceberg(kind: str, message: str = "Found conflicting files") -> _Py4JError:
+    cause = _JavaException(f"org.apache.iceberg.exceptions.{kind}", message)
+    return _Py4JError(_JavaException("org.apache.spark.SparkException", "Job aborted", cause))
+
+
+def _connect_error(kind: str):
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    class _ConnectError(SparkConnectGrpcException):
+        def __init__(self) -> None:
+            Exception.__init__(self, "commit failed")
+
+        def getMessage(self):  # noqa: N802
+            return "(org.apache.spark.SparkException) Job aborted"
+
+        def getStackTrace(self):  # noqa: N802
+            return (
+                "org.apache.spark.SparkException: Job aborted\n"
+                f"Caused by: org.apache.iceberg.exceptions.{kind}: Cannot commit: stale metadata\n"
+            )
+
+    return _ConnectError()
+
+
+@pytest.mark.parametrize(("kind", "expected"), list(ICEBERG_COMMIT_EXCEPTIONS.items()))
+def test_each_iceberg_commit_exception_is_known_through_py4j_and_spark_connect(kind, expected):
+    assert classify(_iceberg(kind)) is expected
+    assert classify(_connect_error(kind)) is expected
+    assert commit_failure(_connect_error(kind)) == (expected, f"{kind}: Cannot commit: stale metadata")
+
+
+def test_the_first_line_of_the_message_describes_the_conflict():
+    error = _iceberg("ValidationException", "\n  Found new conflicting delete files\nmore detail")
+    assert commit_failure(error) == (
+        FailureKind.COMMIT_CONFLICT,
+        "ValidationException: Found new conflicting delete files",
+    )
+
+
+def test_input_errors_and_others_are_not_conflicts():
+    assert classify(_SqlError("42703")) is FailureKind.BAD_INPUT  # unresolved column
+    assert classify(_SqlError("22003")) is FailureKind.BAD_INPUT  # overflow in the data
+    assert classify(_SqlError("08001")) is FailureKind.OTHER  # connection
+    assert classify(RuntimeError("boom")) is FailureKind.OTHER
+    assert commit_failure(RuntimeError("boom")) is None
+
+
+def _raising(error: Exception):
+    def attempt(number: int) -> str:
+        raise error
+
+    return attempt
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def _policy(retries: int, clock: _Clock, **kwargs) -> ConflictRetry:
+    # The largest wait the jitter allows, so the bounds are what is checked.
+    return ConflictRetry(retries, sleep=clock.sleep, uniform=lambda low, high: high, **kwargs)
+
+
+def test_a_conflict_is_replanned_with_backoff_until_it_succeeds():
+    clock, lines, replans, attempts = _Clock(), [], [], []
+
+    def attempt(number: int) -> str:
+        attempts.append(number)
+        if number < 3:
+            raise _iceberg("ValidationException")
+        return "committed"
+
+    policy = _policy(4, clock)
+    assert policy.run(attempt, what="w", log=lines.append, replan=lambda: replans.append(1)) == "committed"
+    assert attempts == [1, 2, 3]
+    assert replans == [1, 1]
+    assert clock.slept == [0.25, 0.5]
+    assert lines == [
+        "Commit conflict (attempt 1 of 5): ValidationException: Found conflicting files. Re-planning.",
+        "Commit conflict (attempt 2 of 5): ValidationException: Found conflicting files. Re-planning.",
+    ]
+
+
+def test_the_backoff_doubles_up_to_its_cap_and_is_drawn_below_it():
+    clock = _Clock()
+    capped = _policy(10, clock, max_delay_s=1.0)
+    assert [capped.delay(n) for n in range(1, 6)] == [0.25, 0.5, 1.0, 1.0, 1.0]
+    low = ConflictRetry(3, uniform=lambda low, high: low)
+    assert low.delay(3) == 0.0
+
+
+def test_the_budget_spent_raises_a_retryable_conflict_naming_it():
+    clock = _Clock()
+    with pytest.raises(ConcurrentCommitError) as raised:
+        _policy(2, clock).run(
+            lambda n: (_ for _ in ()).throw(_iceberg("CommitFailedException")), what="Commit of x", log=print
+        )
+    assert str(raised.value) == (
+        "Commit of x failed after 3 attempt(s): CommitFailedException: Found conflicting files. "
+        "Nothing of this change was committed; the task can be retried."
+    )
+    assert raised.value.retryable is True
+    assert len(clock.slept) == 2
+
+
+def test_a_commit_state_unknown_is_retried_only_when_the_attempt_can_tell_it_landed():
+    unknown = _iceberg("CommitStateUnknownException", "Commit status unknown")
+    clock = _Clock()
+    with pytest.raises(ConcurrentCommitError, match="The commit state is unknown: check the table history"):
+        _policy(5, clock).run(_raising(unknown), what="w", log=print)
+    assert clock.slept == []  # not retried at all
+
+    def landed_the_first_time(number: int) -> str:
+        if number == 1:
+            raise unknown
+        return "found the run key's commit"
+
+    checking = _policy(5, clock, can_check_landed=True)
+    assert checking.run(landed_the_first_time, what="w", log=print) == "found the run key's commit"
+
+
+def test_any_other_failure_passes_through_untouched():
+    clock = _Clock()
+    error = _SqlError("42703")
+    with pytest.raises(_SqlError) as raised:
+        _policy(3, clock).run(_raising(error), what="w", log=print)
+    assert raised.value is error
+    assert clock.slept == []
+
+
+def test_only_the_policy_names_icebergs_commit_exceptions():
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "airflow_iceberg_dml"
+    naming = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        for name in ICEBERG_COMMIT_EXCEPTIONS
+        if name in path.read_text()
+    )
+    assert set(naming) == {"conflicts.py"}
+
+
+def test_a_failed_job_reports_its_own_error_even_when_the_session_is_gone_after_it():
+    """A lost Spark Connect server: any call on the session after the failure raises another error
+    (NO_ACTIVE_SESSION); the record must still name the first one."""
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.jobs.runner import run_job
+    from airflow_iceberg_dml.spec import Outcome
+
+    session = {"alive": True}
+
+    def get(key: str, default: object = None) -> str:
+        if not session["alive"]:
+            raise RuntimeError("[NO_ACTIVE_SESSION] No active Spark session found")
+        return "app-7"
+
+    spark = SimpleNamespace(conf=SimpleNamespace(get=get))
+
+    def job():
+        session["alive"] = False
+        raise ConcurrentCommitError("the server went away while committing")
+
+    record = run_job(spark, job)  # type: ignore[arg-type]
+    assert (record.outcome, record.error_type) == (Outcome.FAILED, "ConcurrentCommitError")
+    assert (record.error_message, record.spark_app_id) == ("the server went away while committing", "app-7")
