@@ -210,6 +210,6 @@ def _gave_up(what: str, attempts: int, description: str, unknown: bool) -> str:
     outcome = (
         "The commit state is unknown: check the table history before re-running."
         if unknown
-        else "Nothing of this change was committed; the task can be retried."
+        else "Nothing of this change was committed and the concurrent change stands; the task can be retried."
     )
     return f"{what} failed after {attempts} attempt(s): {description}. {outcome}"

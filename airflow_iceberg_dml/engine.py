@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_iceberg_dml import runtime
+from airflow_iceberg_dml import runtime, sql
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
 from airflow_iceberg_dml.hooks.spark_connect import connect_session
 from airflow_iceberg_dml.hooks.spark_submit import (
@@ -221,22 +221,16 @@ def _warm(state: EngineState, folder: Path) -> None:
     """
     scratch = "iceberg_dml_warmup"
     with connect_session(state.url) as spark:
-        spark.sql(f"SHOW NAMESPACES IN `{state.catalog}`").collect()
+        spark.sql(sql.show_namespaces(state.catalog)).collect()
         spark.conf.set(f"spark.sql.catalog.{scratch}", "org.apache.iceberg.spark.SparkCatalog")
         spark.conf.set(f"spark.sql.catalog.{scratch}.type", "hadoop")
         spark.conf.set(f"spark.sql.catalog.{scratch}.warehouse", (folder / "warmup").as_uri())
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {scratch}.w")
-        spark.sql(f"DROP TABLE IF EXISTS {scratch}.w.t PURGE")
-        spark.sql(
-            f"CREATE TABLE {scratch}.w.t (id BIGINT, v STRING) USING iceberg TBLPROPERTIES "
-            "('format-version' = '2', 'write.delete.mode' = 'merge-on-read', "
-            "'write.update.mode' = 'merge-on-read')"
-        )
-        spark.range(1000).selectExpr("id", "CAST(id AS STRING) AS v").writeTo(f"{scratch}.w.t").append()
-        spark.sql(f"DELETE FROM {scratch}.w.t WHERE id % 100 = 1")
-        spark.sql(f"UPDATE {scratch}.w.t SET v = 'x' WHERE id % 100 = 2")
-        spark.sql(f"SELECT count(*) FROM {scratch}.w.t.snapshots").collect()
-        spark.sql(f"DROP TABLE {scratch}.w.t PURGE")
+        table = f"{scratch}.w.t"
+        for statement in sql.warmup_setup(table):
+            spark.sql(statement)
+        spark.range(1000).selectExpr("id", "CAST(id AS STRING) AS v").writeTo(table).append()
+        for statement in sql.warmup_changes(table):
+            spark.sql(statement).collect()
 
 
 def stop(home: Path | None = None, timeout_s: float = 30.0) -> EngineState | None:

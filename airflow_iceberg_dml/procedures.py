@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError, UnsafeRetentionError
+from airflow_iceberg_dml.sort_order import SortField, SortOrder, parse_sort_order
 from airflow_iceberg_dml.spec import (
     CompactionStrategy,
     ExpireSnapshotsCall,
@@ -28,6 +28,8 @@ from airflow_iceberg_dml.sql import literal, quote_identifier, split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+__all__ = ["SortField", "SortOrder", "parse_sort_order"]
 
 #: Never remove orphans, nor expire snapshots, younger than this unless told so explicitly: a
 #: running write's files are not referenced yet, and a running job may still read an old snapshot.
@@ -85,39 +87,52 @@ REWRITE_POSITION_DELETE_FILES_OPTIONS: dict[str, _Value] = dict(_FILE_GROUP_OPTI
 # -- options ---------------------------------------------------------------------------------------------
 
 
+def _boolean(text: str, value: object) -> str | None:
+    return text.lower() if text.lower() in ("true", "false") else None
+
+
+def _job_order(text: str, value: object) -> str | None:
+    return text if text in _JOB_ORDERS else None
+
+
+def _ratio(text: str, value: object) -> str | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        ratio = float(text)
+    except ValueError:
+        return None
+    if not 0 < ratio <= 1:
+        return None
+    return repr(ratio) if isinstance(value, float) else text
+
+
+def _integer(text: str, value: object, positive: bool) -> str | None:
+    if isinstance(value, bool) or not re.fullmatch(r"[+-]?\d+", text):
+        return None
+    number = int(text)
+    return None if number < 0 or (positive and number == 0) else str(number)
+
+
+#: Each kind of option value: its text as Iceberg reads it, or None when it is not of that kind.
+_CHECKS: dict[_Value, Any] = {
+    _Value.BOOLEAN: _boolean,
+    _Value.JOB_ORDER: _job_order,
+    _Value.RATIO: _ratio,
+    _Value.POSITIVE_INT: lambda text, value: _integer(text, value, positive=True),
+}
+
+
 def _option_value(procedure: str, name: str, value: object, kind: _Value) -> str:
     """The option's value as Iceberg reads it (a string), or a clear error naming the option."""
-
-    def bad() -> InvalidMaintenanceOptionError:
-        return InvalidMaintenanceOptionError(
+    text = str(value).strip().lower() if isinstance(value, bool) else str(value).strip()
+    check = _CHECKS.get(kind, lambda text, value: _integer(text, value, positive=False))
+    checked: str | None = check(text, value)
+    if checked is None:
+        raise InvalidMaintenanceOptionError(
             f"{procedure}: option {name!r} must be {kind.value}, not {value!r}."
         )
-
-    text = str(value).strip().lower() if isinstance(value, bool) else str(value).strip()
-    if kind is _Value.BOOLEAN:
-        if text.lower() not in ("true", "false"):
-            raise bad()
-        return text.lower()
-    if kind is _Value.JOB_ORDER:
-        if text not in _JOB_ORDERS:
-            raise bad()
-        return text
-    if kind is _Value.RATIO:
-        if isinstance(value, bool):
-            raise bad()
-        try:
-            ratio = float(text)
-        except ValueError:
-            raise bad() from None
-        if not 0 < ratio <= 1:
-            raise bad()
-        return repr(ratio) if isinstance(value, float) else text
-    if isinstance(value, bool) or not re.fullmatch(r"[+-]?\d+", text):
-        raise bad()
-    number = int(text)
-    if number < 0 or (kind is _Value.POSITIVE_INT and number == 0):
-        raise bad()
-    return str(number)
+    return checked
 
 
 def normalize_options(
@@ -183,134 +198,6 @@ def _unknown_option_message(
         f"{procedure.value}: {name!r} is not an option of this procedure.{hint} "
         f"Known options: {', '.join(sorted(known))}."
     )
-
-
-# -- sort orders ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SortField:
-    """One column of a sort order."""
-
-    column: str
-    descending: bool = False
-    nulls_first: bool | None = None
-
-    def render(self) -> str:
-        text = f"{quote_identifier(self.column)} {'DESC' if self.descending else 'ASC'}"
-        if self.nulls_first is not None:
-            text += " NULLS FIRST" if self.nulls_first else " NULLS LAST"
-        return text
-
-
-@dataclass(frozen=True)
-class SortOrder:
-    """A parsed ``sort_order``: either z-order columns or sort fields."""
-
-    zorder: tuple[str, ...] = ()
-    fields: tuple[SortField, ...] = ()
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.zorder or tuple(field.column for field in self.fields)
-
-    def render(self) -> str:
-        """The canonical text, as ``rewrite_data_files``'s ``sort_order`` argument reads it."""
-        if self.zorder:
-            return "zorder(" + ", ".join(quote_identifier(column) for column in self.zorder) + ")"
-        return ", ".join(field.render() for field in self.fields)
-
-
-#: A function call other than zorder(...): a transform such as bucket(4, id) or days(ts).
-_TRANSFORM = re.compile(r"(?<![`\w])(?!zorder\s*\()[A-Za-z_]\w*\s*\(", re.IGNORECASE)
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)+`)|([A-Za-z_][A-Za-z0-9_]*)|([(),.]))")
-
-
-def _tokens(text: str) -> list[str]:
-    tokens: list[str] = []
-    position = 0
-    text = text.rstrip()
-    while position < len(text):
-        match = _TOKEN.match(text, position)
-        if match is None:
-            raise InvalidMaintenanceOptionError(
-                f"sort_order={text!r}: unexpected {text[position:].strip()[:20]!r}; expected column names, "
-                "ASC/DESC, NULLS FIRST/LAST, or zorder(col, ...)."
-            )
-        tokens.append(match.group(0).strip())
-        position = match.end()
-    return tokens
-
-
-def _column(tokens: list[str], index: int, text: str) -> tuple[str, int]:
-    """A possibly dotted (nested) column name starting at ``index``; returns it and the next index."""
-    parts: list[str] = []
-    while True:
-        if index >= len(tokens) or tokens[index] in "(),.":
-            raise InvalidMaintenanceOptionError(f"sort_order={text!r}: a column name is missing.")
-        token = tokens[index]
-        parts.append(token[1:-1].replace("``", "`") if token.startswith("`") else token)
-        index += 1
-        if index < len(tokens) and tokens[index] == ".":
-            index += 1
-            continue
-        return ".".join(parts), index
-
-
-def parse_sort_order(text: str) -> SortOrder:
-    """Parse ``zorder(a, b)`` or ``a [ASC|DESC] [NULLS FIRST|LAST], ...``.
-
-    :raises InvalidMaintenanceOptionError: when the text is neither.
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidMaintenanceOptionError("sort_order must be a non-empty string.")
-    if _TRANSFORM.search(text):
-        raise InvalidMaintenanceOptionError(
-            f"sort_order={text!r}: only column names and zorder(...) are supported here; to sort by a "
-            "transform, set the table's sort order (ALTER TABLE ... WRITE ORDERED BY ...) and leave "
-            "sort_order empty."
-        )
-    tokens = _tokens(text)
-    if len(tokens) >= 2 and tokens[0].lower() == "zorder" and tokens[1] == "(":
-        if tokens[-1] != ")":
-            raise InvalidMaintenanceOptionError(f"sort_order={text!r}: zorder(...) is not closed.")
-        columns: list[str] = []
-        index = 2
-        while index < len(tokens) - 1:
-            column, index = _column(tokens, index, text)
-            columns.append(column)
-            if index < len(tokens) - 1:
-                if tokens[index] != ",":
-                    raise InvalidMaintenanceOptionError(
-                        f"sort_order={text!r}: zorder takes plain column names separated by commas."
-                    )
-                index += 1
-        if not columns:
-            raise InvalidMaintenanceOptionError(f"sort_order={text!r}: zorder needs at least one column.")
-        return SortOrder(zorder=tuple(columns))
-    fields: list[SortField] = []
-    index = 0
-    while index < len(tokens):
-        column, index = _column(tokens, index, text)
-        descending, nulls_first = False, None
-        words = []
-        while index < len(tokens) and tokens[index] != ",":
-            words.append(tokens[index].upper())
-            index += 1
-        if words[:1] in (["ASC"], ["DESC"]):
-            descending = words.pop(0) == "DESC"
-        if words in (["NULLS", "FIRST"], ["NULLS", "LAST"]):
-            nulls_first = words[1] == "FIRST"
-        elif words:
-            raise InvalidMaintenanceOptionError(
-                f"sort_order={text!r}: unexpected {' '.join(words)!r} after column {column!r}; "
-                "expected ASC, DESC, NULLS FIRST or NULLS LAST."
-            )
-        fields.append(SortField(column, descending, nulls_first))
-        index += 1  # the comma
-        if index == len(tokens) and tokens[-1] == ",":
-            raise InvalidMaintenanceOptionError(f"sort_order={text!r}: a column name is missing.")
-    return SortOrder(fields=tuple(fields))
 
 
 def check_columns(what: str, columns: Iterable[str], table_columns: Iterable[str]) -> list[str]:
@@ -434,39 +321,65 @@ def _map(options: Mapping[str, str]) -> str:
     return "map(" + ", ".join(f"{literal(key)}, {literal(value)}" for key, value in options.items()) + ")"
 
 
+def _optional(arguments: list[tuple[str, str]], name: str, value: object, render: Any = None) -> None:
+    """Add ``name => value`` when ``value`` is given (not None, not empty)."""
+    if value is None or value == {}:
+        return
+    arguments.append((name, (render or literal)(value)))
+
+
+def _rewrite_data_arguments(call: RewriteDataFilesCall) -> list[tuple[str, str]]:
+    arguments = [("strategy", literal(CompactionStrategy(call.strategy).value))]
+    if call.sort_order is not None:
+        arguments.append(("sort_order", literal(parse_sort_order(call.sort_order).render())))
+    _optional(arguments, "where", call.where)
+    _optional(arguments, "options", call.options or None, _map)
+    return arguments
+
+
+def _rewrite_position_deletes_arguments(call: RewritePositionDeleteFilesCall) -> list[tuple[str, str]]:
+    arguments: list[tuple[str, str]] = []
+    _optional(arguments, "where", call.where)
+    _optional(arguments, "options", call.options or None, _map)
+    return arguments
+
+
+def _rewrite_manifests_arguments(call: RewriteManifestsCall) -> list[tuple[str, str]]:
+    arguments: list[tuple[str, str]] = []
+    _optional(arguments, "use_caching", call.use_caching)
+    return arguments
+
+
+def _expire_arguments(call: ExpireSnapshotsCall) -> list[tuple[str, str]]:
+    arguments = [
+        ("older_than", timestamp_literal(call.older_than_ms)),
+        ("retain_last", literal(call.retain_last)),
+    ]
+    _optional(arguments, "max_concurrent_deletes", call.max_concurrent_deletes)
+    _optional(arguments, "clean_expired_metadata", True if call.clean_expired_metadata else None)
+    return arguments
+
+
+def _orphans_arguments(call: RemoveOrphanFilesCall) -> list[tuple[str, str]]:
+    arguments = [("older_than", timestamp_literal(call.older_than_ms)), ("dry_run", literal(call.dry_run))]
+    _optional(arguments, "location", call.location)
+    _optional(arguments, "max_concurrent_deletes", call.max_concurrent_deletes)
+    return arguments
+
+
+#: Each call type's arguments, after ``table``.
+_ARGUMENTS: dict[type, Any] = {
+    RewriteDataFilesCall: _rewrite_data_arguments,
+    RewritePositionDeleteFilesCall: _rewrite_position_deletes_arguments,
+    RewriteManifestsCall: _rewrite_manifests_arguments,
+    ExpireSnapshotsCall: _expire_arguments,
+    RemoveOrphanFilesCall: _orphans_arguments,
+}
+
+
 def call_statement(catalog: str, table: str, call: ProcedureCall) -> str:
     """The ``CALL <catalog>.system.<procedure>(...)`` statement that runs ``call``."""
     table_name = ".".join(quote_identifier(part) for part in split_table_name(table))
-    arguments: list[tuple[str, str]] = [("table", literal(table_name))]
-    if isinstance(call, RewriteDataFilesCall):
-        arguments.append(("strategy", literal(CompactionStrategy(call.strategy).value)))
-        if call.sort_order is not None:
-            arguments.append(("sort_order", literal(parse_sort_order(call.sort_order).render())))
-        if call.where is not None:
-            arguments.append(("where", literal(call.where)))
-        if call.options:
-            arguments.append(("options", _map(call.options)))
-    elif isinstance(call, RewritePositionDeleteFilesCall):
-        if call.where is not None:
-            arguments.append(("where", literal(call.where)))
-        if call.options:
-            arguments.append(("options", _map(call.options)))
-    elif isinstance(call, RewriteManifestsCall):
-        if call.use_caching is not None:
-            arguments.append(("use_caching", literal(call.use_caching)))
-    elif isinstance(call, ExpireSnapshotsCall):
-        arguments.append(("older_than", timestamp_literal(call.older_than_ms)))
-        arguments.append(("retain_last", literal(call.retain_last)))
-        if call.max_concurrent_deletes is not None:
-            arguments.append(("max_concurrent_deletes", literal(call.max_concurrent_deletes)))
-        if call.clean_expired_metadata:
-            arguments.append(("clean_expired_metadata", literal(True)))
-    elif isinstance(call, RemoveOrphanFilesCall):
-        arguments.append(("older_than", timestamp_literal(call.older_than_ms)))
-        arguments.append(("dry_run", literal(call.dry_run)))
-        if call.location is not None:
-            arguments.append(("location", literal(call.location)))
-        if call.max_concurrent_deletes is not None:
-            arguments.append(("max_concurrent_deletes", literal(call.max_concurrent_deletes)))
+    arguments: list[tuple[str, str]] = [("table", literal(table_name)), *_ARGUMENTS[type(call)](call)]
     body = ",\n  ".join(f"{name} => {value}" for name, value in arguments)
     return f"CALL {quote_identifier(catalog)}.system.{call.procedure.value}(\n  {body}\n)"

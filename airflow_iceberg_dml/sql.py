@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 
 def quote_identifier(name: str) -> str:
@@ -167,3 +167,112 @@ def _bind_code(code: str, parameters: Mapping[str, object]) -> str:
             out.append(code[i])
             i += 1
     return "".join(out)
+
+
+# -- the statements the jobs run, besides the change itself ------------------------------------------
+# Each takes identifiers already quoted (table_identifier) and binds values with literal().
+
+
+def metadata_query(identifier: str, metadata_table: str, columns: str, where: str | None = None) -> str:
+    """``SELECT <columns> FROM <identifier>.<metadata_table> [WHERE ...]`` (``refs``, ``snapshots`` ...)."""
+    query = f"SELECT {columns} FROM {identifier}.{metadata_table}"
+    return f"{query}\nWHERE {where}" if where else query
+
+
+def snapshot_query(source: str, snapshot_id: int, columns: str, where: str | None = None) -> str:
+    """``SELECT <columns> FROM <source> VERSION AS OF <snapshot id> [WHERE ...]``."""
+    query = f"SELECT {columns} FROM {source} VERSION AS OF {int(snapshot_id)}"
+    return f"{query}\nWHERE {where}" if where else query
+
+
+def impact_query(source: str, where: str) -> str:
+    """Rows and data files matching ``where`` in ``source``, per partition."""
+    return (
+        "SELECT _partition AS partition, count(*) AS rows, count(DISTINCT _file) AS files\n"
+        f"FROM {source}\nWHERE\n{where}\nGROUP BY _partition"
+    )
+
+
+def in_list(column: str, values: Iterable[object]) -> str:
+    """``<column> IN (<literals>)``, the column quoted, the values in the order given."""
+    return f"{quote_identifier(column)} IN {literal(list(values))}"
+
+
+def set_table_property(identifier: str, key: str, value: str) -> str:
+    return f"ALTER TABLE {identifier} SET TBLPROPERTIES ({literal(key)} = {literal(value)})"
+
+
+def create_branch(identifier: str, branch: str, snapshot_id: int) -> str:
+    return (
+        f"ALTER TABLE {identifier} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {int(snapshot_id)}"
+    )
+
+
+def drop_branch(identifier: str, branch: str) -> str:
+    return f"ALTER TABLE {identifier} DROP BRANCH IF EXISTS {quote_identifier(branch)}"
+
+
+def drop_tag(identifier: str, tag: str) -> str:
+    return f"ALTER TABLE {identifier} DROP TAG IF EXISTS {quote_identifier(tag)}"
+
+
+def call_procedure(catalog: str, name: str, arguments: Sequence[tuple[str, str]]) -> str:
+    """``CALL <catalog>.system.<name>(arg => value, ...)``; values are SQL text (use literal())."""
+    body = ", ".join(f"{argument} => {value}" for argument, value in arguments)
+    return f"CALL {quote_identifier(catalog)}.system.{name}({body})"
+
+
+def fast_forward_call(catalog: str, table: str, branch: str, to: str) -> str:
+    """Iceberg's ``fast_forward``: move ``branch`` of ``table`` (``namespace.table``) to ``to``'s head."""
+    qualified = literal(".".join(split_table_name(table)))
+    return call_procedure(
+        catalog, "fast_forward", [("table", qualified), ("branch", literal(branch)), ("to", literal(to))]
+    )
+
+
+def subquery(query: str, alias: str) -> str:
+    """``SELECT * FROM (<query>) AS <alias>``: a user's SELECT, run as one relation."""
+    return f"SELECT * FROM (\n{query}\n) AS {quote_identifier(alias)}"
+
+
+def probe_query() -> str:
+    """One row, one column: what the determinism check joins the table with."""
+    return "SELECT 1 AS __iceberg_dml_probe"
+
+
+def describe_extended(identifier: str) -> str:
+    return f"DESCRIBE TABLE EXTENDED {identifier}"
+
+
+def refresh_table(identifier: str) -> str:
+    return f"REFRESH TABLE {identifier}"
+
+
+def show_properties(identifier: str) -> str:
+    return f"SHOW TBLPROPERTIES {identifier}"
+
+
+def show_namespaces(catalog: str) -> str:
+    return f"SHOW NAMESPACES IN {quote_identifier(catalog)}"
+
+
+def warmup_setup(table: str) -> list[str]:
+    """A fresh merge-on-read scratch table (``catalog.namespace.table``, in a scratch catalog)."""
+    namespace = table.rsplit(".", 1)[0]
+    return [
+        f"CREATE NAMESPACE IF NOT EXISTS {namespace}",
+        f"DROP TABLE IF EXISTS {table} PURGE",
+        f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ('format-version' = '2', "
+        "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read')",
+    ]
+
+
+def warmup_changes(table: str) -> list[str]:
+    """A small DELETE and UPDATE, a metadata read, and the scratch table dropped: Iceberg's row-level
+    code loaded and compiled once, before the first task."""
+    return [
+        f"DELETE FROM {table} WHERE id % 100 = 1",
+        f"UPDATE {table} SET v = 'x' WHERE id % 100 = 2",
+        f"SELECT count(*) FROM {table}.snapshots",
+        f"DROP TABLE {table} PURGE",
+    ]

@@ -158,7 +158,7 @@ def test_the_budget_spent_raises_a_retryable_conflict_naming_it():
         )
     assert str(raised.value) == (
         "Commit of x failed after 3 attempt(s): CommitFailedException: Found conflicting files. "
-        "Nothing of this change was committed; the task can be retried."
+        "Nothing of this change was committed and the concurrent change stands; the task can be retried."
     )
     assert raised.value.retryable is True
     assert len(clock.slept) == 2

@@ -8,35 +8,28 @@ validates everything it can before writing, commits at most once, and returns a
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import uuid
-from contextlib import contextmanager
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
-    AuditFailedError,
-    ConcurrentCommitError,
-    GuardExceededError,
     IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
-    TableNotFoundError,
-    UnknownColumnError,
     WriteModeConflictError,
 )
+from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
+from airflow_iceberg_dml.jobs.dml_impact import DmlImpact
+from airflow_iceberg_dml.jobs.dml_validation import DmlValidation
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_condition,
     error_message,
-    error_parameters,
     functions,
-    is_input_error,
     log,
     run_job,
     run_main,
@@ -54,7 +47,7 @@ from airflow_iceberg_dml.spec import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
 
     from pyspark.sql import DataFrame, SparkSession
 
@@ -68,12 +61,7 @@ def _one_line(statement: str) -> str:
     return " ".join(line.strip() for line in statement.splitlines() if line.strip())
 
 
-def _json_value(value: Any) -> Any:
-    """A partition value as JSON: dates and decimals as text, the rest as is."""
-    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
-
-
-class DmlJob:
+class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
     """Carries out one :class:`DmlSpec` on a running SparkSession."""
 
     def __init__(self, spark: SparkSession, spec: DmlSpec) -> None:
@@ -223,6 +211,9 @@ class DmlJob:
             details=dict(details or {}),
         )
 
+    def _base(self) -> str:
+        return sql.table_identifier(self.spec.catalog, self.spec.table)
+
     def _target(self, ref: str) -> str:
         return sql.table_identifier(self.spec.catalog, self.spec.table, None if ref == "main" else ref)
 
@@ -244,221 +235,10 @@ class DmlJob:
         self._where_evaluated = True
         return bool(matched)
 
-    def _snapshot_source(self, head: int) -> str:
-        return f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
-
-    def _impact(self, head: int) -> dict[str, Any]:
-        """Rows and data files the change would touch, per partition, at the head snapshot."""
-        with self._naming_input_errors():
-            rows = self.spark.sql(
-                f"SELECT _partition AS partition, count(*) AS rows, count(DISTINCT _file) AS files\n"
-                f"FROM {self._snapshot_source(head)}\nWHERE\n{self.where}\nGROUP BY _partition"
-            ).collect()
-        self._where_evaluated = True
-        partitions = [
-            {
-                "partition": {
-                    k: _json_value(v) for k, v in (row.partition.asDict() if row.partition else {}).items()
-                },
-                "rows": int(row.rows),
-                "data_files": int(row.files),
-            }
-            for row in rows
-        ]
-        head_row = self.state.history().get(head)
-        summary = head_row.summary if head_row is not None else {}
-        total = int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
-            summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
-        )
-        matched = sum(int(row.rows) for row in rows)
-        return {
-            "rows_matched": matched,
-            "rows_total": total,
-            "fraction": round(matched / total, 6) if total else 0.0,
-            "data_files_touched": sum(int(row.files) for row in rows),
-            "partitions": sorted(partitions, key=lambda p: str(p["partition"])),
-        }
-
-    def _check_guards(self, impact: Mapping[str, Any]) -> None:
-        guards = self.spec.guards
-        matched, total = impact["rows_matched"], impact["rows_total"]
-        if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
-            raise GuardExceededError(
-                f"The change would touch {matched} of {total} rows, more than "
-                f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
-            )
-        if guards.max_fraction_affected is not None and impact["fraction"] > guards.max_fraction_affected:
-            raise GuardExceededError(
-                f"The change would touch {matched} of {total} rows ({impact['fraction']:.2%}), more than "
-                f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."
-            )
-
-    def _audit_branch_name(self) -> str:
-        identity = repr(self.spec.run_key) if self.spec.run_key else self.app_id
-        return "audit_" + hashlib.sha1(identity.encode()).hexdigest()[:16]
-
-    def _create_audit_branch(self, head: int) -> str:
-        """A fresh branch at the head snapshot, named after the run key (a retry reuses the name)."""
-        branch = self._audit_branch_name()
-        base = sql.table_identifier(self.spec.catalog, self.spec.table)
-        self.spark.sql(f"ALTER TABLE {base} DROP BRANCH IF EXISTS {sql.quote_identifier(branch)}")
-        self.spark.sql(
-            f"ALTER TABLE {base} CREATE BRANCH {sql.quote_identifier(branch)} AS OF VERSION {head}"
-        )
-        log(f"Write-audit-publish: writing to branch {branch} made from snapshot {head}")
-        return branch
-
-    def _drop_branch(self, branch: str) -> None:
-        base = sql.table_identifier(self.spec.catalog, self.spec.table)
-        self.spark.sql(f"ALTER TABLE {base} DROP BRANCH IF EXISTS {sql.quote_identifier(branch)}")
-
-    def _audit_and_publish(self, branch: str, head: int) -> None:
-        """Run every audit on ``branch``; fast-forward the ref to it only when all pass."""
-        failures = []
-        for name, query in self.spec.audits.queries.items():
-            try:
-                rows = self.spark.sql(query.replace("{table}", self._target(branch))).collect()
-            except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
-                failures.append(f"{name!r} could not run: {error_message(error).splitlines()[0]}")
-                continue
-            values = [list(row) for row in rows]
-            if values != [[True]]:
-                failures.append(f"{name!r} returned {values[:3]} (one row with true expected): {query}")
-            else:
-                log(f"Audit {name!r} passed")
-        if failures:
-            if not self.spec.audits.keep_failed_branch:
-                self._drop_branch(branch)
-            where_now = "kept for inspection" if self.spec.audits.keep_failed_branch else "dropped"
-            raise AuditFailedError(
-                f"Audit failed: {'; '.join(failures)}. {self.ref} is unchanged at snapshot {head}; "
-                f"branch {branch} {where_now}."
-            )
-        table = sql.literal(".".join(sql.split_table_name(self.spec.table)))
-        procedure = f"{sql.quote_identifier(self.spec.catalog)}.system.fast_forward"
-        try:
-            self.spark.sql(
-                f"CALL {procedure}(table => {table}, branch => {sql.literal(self.ref)}, "
-                f"to => {sql.literal(branch)})"
-            )
-        except Exception as error:  # noqa: BLE001 - reported with the reason, the branch left to inspect
-            raise ConcurrentCommitError(
-                f"All audits passed but {self.ref} could not be fast-forwarded to {branch}: "
-                f"{error_message(error).splitlines()[0]}. Another commit landed on {self.ref}; the task "
-                "can be retried."
-            ) from None
-        self._drop_branch(branch)
-        log(f"All audits passed: {self.ref} fast-forwarded to branch {branch}")
-
     # -- table and validation ----------------------------------------------------------------
 
     def _columns(self) -> list[str]:
         return self.state.columns(self.ref)
-
-    def _validate(self) -> None:
-        """Parse and analyse the predicate and expressions exactly as the change will, writing nothing."""
-        spec = self.spec
-        for text, error, what in [
-            (spec.where, InvalidPredicateError, f"where={spec.where!r}"),
-            *[(e, InvalidExpressionError, f"set[{c!r}]={e!r}") for c, e in spec.assignments.items()],
-        ]:
-            problem = sql.expression_problem(text)
-            if problem:
-                raise error(f"{what}: {problem}")
-        self._parse(self.where, InvalidPredicateError, f"where={spec.where!r}")
-        columns = {column.lower() for column in self._columns()}
-        for column, expression in self.assignments.items():
-            if column.lower() not in columns:
-                raise UnknownColumnError(
-                    f"set: column {column!r} is not in table {spec.table!r} (columns: {sorted(columns)})."
-                )
-            self._parse(expression, InvalidExpressionError, f"set[{column!r}]={spec.assignments[column]!r}")
-        self._analyse()
-        if self.assignments:
-            self._analyse(self.assignments)
-
-    def _parse(self, text: str, error: type[IcebergDmlError], what: str) -> None:
-        """Spark's own expression parser: exactly one expression, nothing after it (no second statement)."""
-        from pyspark.errors import ParseException
-
-        try:
-            self.functions.expr(text)  # classic Spark parses here; Spark Connect when _analyse resolves it
-        except ParseException as parse_error:
-            raise error(f"{what} is not a valid Spark SQL expression: {error_message(parse_error)}") from None
-
-    def _analyse(self, assignments: Mapping[str, str] | None = None) -> DataFrame:
-        """The rows the change selects (and, for ``set``, what it writes), resolved by Spark's analyser
-        against the table exactly as the change will be; each text parsed as one expression."""
-        from pyspark.errors import AnalysisException
-
-        in_set = bool(assignments)
-        where = "set expressions" if in_set else f"where={self.spec.where!r}"
-        error_class = InvalidExpressionError if in_set else InvalidPredicateError
-        expressions = [self.where, *(assignments or {}).values()]
-        try:
-            frame = self.spark.table(self.target).where(self.functions.expr(self.where))
-            if assignments:
-                frame = frame.select(
-                    *[self.functions.expr(text).alias(column) for column, text in assignments.items()]
-                )
-            frame.schema  # noqa: B018 - Spark Connect analyses a plan only when asked for its schema
-            self._deterministic_only(expressions).schema  # noqa: B018 - analysed, never run
-        except AnalysisException as error:
-            condition = error_condition(error)
-            if condition.startswith("UNRESOLVED_COLUMN"):
-                raise UnknownColumnError(f"{where}: unknown column. {error_message(error)}") from None
-            if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
-                raise TableNotFoundError(
-                    f"Table {self.spec.table!r} does not exist: {error_message(error)}"
-                ) from None
-            if condition.startswith("INVALID_NON_DETERMINISTIC_EXPRESSIONS"):
-                # A retried or re-planned change must select and produce the same rows every time.
-                raise error_class(
-                    f"{where}: non-deterministic functions (rand(), uuid(), ...) are not allowed."
-                ) from None
-            raise error_class(f"{where}: {error_message(error)}") from None
-        return frame
-
-    def _deterministic_only(self, expressions: list[str]) -> DataFrame:
-        """A plan that Spark's analyser refuses when one of ``expressions`` is not deterministic.
-
-        PySpark has no public way to ask whether an expression is deterministic; a join condition is
-        where the analyser insists on it (``INVALID_NON_DETERMINISTIC_EXPRESSIONS``), on either engine.
-        """
-        probe = self.spark.sql("SELECT 1 AS __iceberg_dml_probe")
-        condition = reduce(lambda a, b: a & b, [self.functions.expr(text).isNull() for text in expressions])
-        return self.spark.table(self.target).join(probe, condition)
-
-    @contextmanager
-    def _naming_input_errors(self) -> Iterator[None]:
-        """Turn Spark's failure on the user's ``where``/``set`` (or the data they meet) into the
-        package's non-retryable error naming the column and the problem; anything else passes."""
-        try:
-            yield
-        except IcebergDmlError:
-            raise
-        except Exception as error:
-            if not is_input_error(error):
-                raise
-            raise self._input_error(error) from None
-
-    def _input_error(self, error: BaseException) -> IcebergDmlError:
-        spec = self.spec
-        # Spark leaves the table name empty in some messages ("the table ``"): name it here.
-        problem = error_message(error).splitlines()[0].replace("table ``", f"table {spec.table}").strip()
-        if error_condition(error).startswith("UNRESOLVED_COLUMN"):
-            return UnknownColumnError(f"A column is not in table {spec.table!r}: {problem}")
-        parameters = error_parameters(error)
-        named = (parameters.get("colName") or parameters.get("columnName") or "").strip("`").lower()
-        columns = [column for column in spec.assignments if column.lower() == named]
-        if not columns and self._where_evaluated:
-            # The predicate ran over the rows before the write did: the failure is in ``set``.
-            columns = list(spec.assignments)
-        if not columns:
-            return InvalidPredicateError(f"where={spec.where!r} on {spec.table!r}: {problem}")
-        shown = ", ".join(f"set[{column!r}]={spec.assignments[column]!r}" for column in columns)
-        targets = ", ".join(map(repr, columns))
-        return InvalidExpressionError(f"{shown}: cannot be written to {targets} of {spec.table!r}: {problem}")
 
     # -- planning --------------------------------------------------------------------------------
 
@@ -494,10 +274,7 @@ class DmlJob:
                 f"Table property {key} is unset (Iceberg default: copy-on-write); "
                 f"setting it to {requested.value}."
             )
-            self.spark.sql(
-                f"ALTER TABLE {sql.table_identifier(self.spec.catalog, self.spec.table)} "
-                f"SET TBLPROPERTIES ('{key}' = '{requested.value}')"
-            )
+            self.spark.sql(sql.set_table_property(self._base(), key, requested.value))
             return requested
         if configured is not requested:
             raise WriteModeConflictError(
@@ -519,10 +296,7 @@ class DmlJob:
         key = f"write.{self.spec.kind.value}.isolation-level"
         if properties.get(key, "serializable") != level.value:
             log(f"Setting table property {key}={level.value}")
-            self.spark.sql(
-                f"ALTER TABLE {sql.table_identifier(self.spec.catalog, self.spec.table)} "
-                f"SET TBLPROPERTIES ({sql.literal(key)} = {sql.literal(level.value)})"
-            )
+            self.spark.sql(sql.set_table_property(self._base(), key, level.value))
 
     # -- writing ---------------------------------------------------------------------------------
 

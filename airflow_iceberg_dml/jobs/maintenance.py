@@ -15,10 +15,8 @@ Over Spark Connect there is no JVM to reach: every procedure runs as its ``CALL`
 commits carry no property of ours, so the job names as its own the snapshots that the server's
 Spark application committed on the table while the job ran and that no job of ours tagged.
 
-A rewrite that loses to a concurrent commit (Iceberg's validation refuses to commit it, so the
-concurrent change is never lost) is planned again from the new table state, up to
-``conflict_retries`` times, then fails with a retryable
-:class:`~airflow_iceberg_dml.exceptions.ConcurrentCommitError`.
+A rewrite that loses to a concurrent commit (the concurrent change is never lost) is planned again
+from the new table state by the one conflict policy (:mod:`airflow_iceberg_dml.conflicts`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class TableState:
         from pyspark.errors import AnalysisException
 
         try:
-            self.spark.sql(f"REFRESH TABLE {self.identifier}")
+            self.spark.sql(sql.refresh_table(self.identifier))
         except AnalysisException as error:
             condition = error_condition(error)
             if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
@@ -47,7 +47,7 @@ class TableState:
 
     def refs(self) -> dict[str, int]:
         """Branch and tag names to their head snapshot ids."""
-        rows = self.spark.sql(f"SELECT name, snapshot_id FROM {self.identifier}.refs").collect()
+        rows = self.spark.sql(sql.metadata_query(self.identifier, "refs", "name, snapshot_id")).collect()
         return {str(row.name): int(row.snapshot_id) for row in rows}
 
     def head(self, ref: str = MAIN) -> int | None:
@@ -66,7 +66,7 @@ class TableState:
     def history(self) -> SnapshotHistory:
         """Every snapshot still in the metadata, with its parent and summary."""
         rows = self.spark.sql(
-            f"SELECT snapshot_id, parent_id, summary FROM {self.identifier}.snapshots"
+            sql.metadata_query(self.identifier, "snapshots", "snapshot_id, parent_id, summary")
         ).collect()
         return SnapshotHistory(
             SnapshotRow(
@@ -79,7 +79,7 @@ class TableState:
 
     def properties(self) -> dict[str, str]:
         """The table's properties (Iceberg adds ``format-version``, ``sort-order`` and others)."""
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.identifier}").collect()
+        rows = self.spark.sql(sql.show_properties(self.identifier)).collect()
         return {str(row.key): str(row.value) for row in rows}
 
     def columns(self, ref: str = MAIN) -> list[str]:

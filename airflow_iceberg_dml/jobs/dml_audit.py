@@ -1,0 +1,78 @@
+"""Write-audit-publish of a DELETE or UPDATE: write to a branch, audit it, fast-forward the ref to it."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.exceptions import AuditFailedError, ConcurrentCommitError
+from airflow_iceberg_dml.jobs.runner import error_message, log
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml.jobs.table_state import TableState
+    from airflow_iceberg_dml.spec import DmlSpec
+
+
+class WriteAuditPublish:
+    """Part of :class:`~airflow_iceberg_dml.jobs.dml.DmlJob`: the audit branch and its publication."""
+
+    spark: SparkSession
+    spec: DmlSpec
+    state: TableState
+    ref: str
+    app_id: str
+
+    def _target(self, ref: str) -> str:
+        raise NotImplementedError  # DmlJob's
+
+    def _audit_branch_name(self) -> str:
+        identity = repr(self.spec.run_key) if self.spec.run_key else self.app_id
+        return "audit_" + hashlib.sha1(identity.encode()).hexdigest()[:16]
+
+    def _create_audit_branch(self, head: int) -> str:
+        """A fresh branch at the head snapshot, named after the run key (a retry reuses the name)."""
+        branch = self._audit_branch_name()
+        base = sql.table_identifier(self.spec.catalog, self.spec.table)
+        self.spark.sql(sql.drop_branch(base, branch))
+        self.spark.sql(sql.create_branch(base, branch, head))
+        log(f"Write-audit-publish: writing to branch {branch} made from snapshot {head}")
+        return branch
+
+    def _drop_branch(self, branch: str) -> None:
+        self.spark.sql(sql.drop_branch(sql.table_identifier(self.spec.catalog, self.spec.table), branch))
+
+    def _audit_and_publish(self, branch: str, head: int) -> None:
+        """Run every audit on ``branch``; fast-forward the ref to it only when all pass."""
+        failures = []
+        for name, query in self.spec.audits.queries.items():
+            try:
+                rows = self.spark.sql(query.replace("{table}", self._target(branch))).collect()
+            except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
+                failures.append(f"{name!r} could not run: {error_message(error).splitlines()[0]}")
+                continue
+            values = [list(row) for row in rows]
+            if values != [[True]]:
+                failures.append(f"{name!r} returned {values[:3]} (one row with true expected): {query}")
+            else:
+                log(f"Audit {name!r} passed")
+        if failures:
+            if not self.spec.audits.keep_failed_branch:
+                self._drop_branch(branch)
+            where_now = "kept for inspection" if self.spec.audits.keep_failed_branch else "dropped"
+            raise AuditFailedError(
+                f"Audit failed: {'; '.join(failures)}. {self.ref} is unchanged at snapshot {head}; "
+                f"branch {branch} {where_now}."
+            )
+        try:
+            self.spark.sql(sql.fast_forward_call(self.spec.catalog, self.spec.table, self.ref, branch))
+        except Exception as error:  # noqa: BLE001 - reported with the reason, the branch left to inspect
+            raise ConcurrentCommitError(
+                f"All audits passed but {self.ref} could not be fast-forwarded to {branch}: "
+                f"{error_message(error).splitlines()[0]}. Another commit landed on {self.ref}; the task "
+                "can be retried."
+            ) from None
+        self._drop_branch(branch)
+        log(f"All audits passed: {self.ref} fast-forwarded to branch {branch}")

@@ -1,0 +1,83 @@
+"""What a DELETE or UPDATE would touch (rows, data files, per partition), and the guards on it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.exceptions import GuardExceededError
+from airflow_iceberg_dml.spec import SummaryKey
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml.jobs.table_state import TableState
+    from airflow_iceberg_dml.spec import DmlSpec
+
+
+def _json_value(value: Any) -> Any:
+    """A partition value as JSON: dates and decimals as text, the rest as is."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+class DmlImpact:
+    """Part of :class:`~airflow_iceberg_dml.jobs.dml.DmlJob`: the change's impact, for dry runs and guards."""
+
+    spark: SparkSession
+    spec: DmlSpec
+    state: TableState
+    ref: str
+    app_id: str
+    where: str
+    _where_evaluated: bool
+
+    def _naming_input_errors(self) -> Any:
+        raise NotImplementedError  # DmlValidation's
+
+    def _snapshot_source(self, head: int) -> str:
+        return f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
+
+    def _impact(self, head: int) -> dict[str, Any]:
+        """Rows and data files the change would touch, per partition, at the head snapshot."""
+        with self._naming_input_errors():
+            rows = self.spark.sql(sql.impact_query(self._snapshot_source(head), self.where)).collect()
+        self._where_evaluated = True
+        partitions = [
+            {
+                "partition": {
+                    k: _json_value(v) for k, v in (row.partition.asDict() if row.partition else {}).items()
+                },
+                "rows": int(row.rows),
+                "data_files": int(row.files),
+            }
+            for row in rows
+        ]
+        head_row = self.state.history().get(head)
+        summary = head_row.summary if head_row is not None else {}
+        total = int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
+            summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
+        )
+        matched = sum(int(row.rows) for row in rows)
+        return {
+            "rows_matched": matched,
+            "rows_total": total,
+            "fraction": round(matched / total, 6) if total else 0.0,
+            "data_files_touched": sum(int(row.files) for row in rows),
+            "partitions": sorted(partitions, key=lambda p: str(p["partition"])),
+        }
+
+    def _check_guards(self, impact: Mapping[str, Any]) -> None:
+        guards = self.spec.guards
+        matched, total = impact["rows_matched"], impact["rows_total"]
+        if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
+            raise GuardExceededError(
+                f"The change would touch {matched} of {total} rows, more than "
+                f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
+            )
+        if guards.max_fraction_affected is not None and impact["fraction"] > guards.max_fraction_affected:
+            raise GuardExceededError(
+                f"The change would touch {matched} of {total} rows ({impact['fraction']:.2%}), more than "
+                f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."
+            )

@@ -1,0 +1,243 @@
+"""The purge of an erasure: rewrite the files that held erased rows, drop tags, expire, then verify."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_iceberg_dml import procedures, sql
+from airflow_iceberg_dml.conflicts import ConflictRetry
+from airflow_iceberg_dml.jobs.erasure_verify import ErasureVerification
+from airflow_iceberg_dml.jobs.runner import log
+from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.spec import ExpireSnapshotsCall, SummaryKey, snapshot_id_text
+
+if TYPE_CHECKING:
+    from airflow_iceberg_dml.spec import ErasureTarget
+
+#: Larger than any data file: ``rewrite_data_files`` then picks files by their delete files only.
+_NO_SIZE_LIMIT = str(2**62)
+#: The rewrite's options: every file carrying a delete file, whatever its size, alone if need be.
+REWRITE_OPTIONS = {
+    "delete-file-threshold": "1",
+    "min-file-size-bytes": "0",
+    "max-file-size-bytes": _NO_SIZE_LIMIT,
+    "min-input-files": "1",
+    "remove-dangling-deletes": "true",
+}
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_deadline(text: str) -> int | None:
+    """A ``purge-by`` summary entry as UTC epoch milliseconds; None when unreadable."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return int(moment.timestamp() * 1000)
+
+
+class PurgeSteps(ErasureVerification):
+    """Part of :class:`~airflow_iceberg_dml.jobs.erase.ErasureJob`: the purge of one table."""
+
+    started_ms: int
+
+    # -- purge -------------------------------------------------------------------------------------------
+
+    def _purge(self, target: ErasureTarget, subjects: list[Any]) -> dict[str, Any]:
+        spec = self.spec
+        state = TableState(self.spark, spec.catalog, target.table)
+        state.refresh()
+        out: dict[str, Any] = {
+            "column": target.column,
+            "through": target.through_table,
+            "keys": 0,
+            "status": "nothing-pending",
+            "erasures": [],
+            "erasure_snapshots": [],
+            "next_deadline": None,
+            "overdue": 0,
+            "data_files_with_erased_rows": 0,
+            "data_files_rewritten": 0,
+            "delete_files_removed": 0,
+            "tags_dropped": [],
+            "snapshots_expired": 0,
+            "files_deleted_by_expiry": 0,
+        }
+        pending = self._pending_erasures(state)
+        out["erasures"] = sorted({erasure_id for _, erasure_id, _ in pending})
+        out["erasure_snapshots"] = [snapshot_id_text(snapshot_id) for snapshot_id, _, _ in sorted(pending)]
+        deadlines = [deadline for _, _, deadline in pending if deadline is not None]
+        if deadlines:
+            out["next_deadline"] = _iso(min(deadlines))
+        due = [
+            entry
+            for entry in pending
+            if entry[2] is None or entry[2] <= self.started_ms + spec.purge_ahead_ms
+        ]
+        if pending and not due:
+            out["status"] = "not-due"
+            log(
+                f"{target.table}: {len(pending)} erasure commit(s), the first due {out['next_deadline']}: "
+                "not due yet, nothing purged."
+            )
+            return out
+        # Read before anything is purged: the table it goes through still holds the rows (it is purged later).
+        keys = subjects if target.through_table is None else self._raw_keys_through(target, subjects)
+        out["keys"] = len(keys)
+        if pending:
+            self._purge_pending(state, target, pending, out)
+        out["verification"] = self._verify(state, target, keys)
+        if any(item["referenced"] and not item["refs"] for item in out["verification"]["remaining"]):
+            # Old snapshots hold erased rows: committed by others while an earlier purge ran, or left
+            # by a purge killed before its expiry. Expire them now (the minimum retention still holds).
+            snapshots, files = self._expire(state, target.table)
+            out["snapshots_expired"] += snapshots
+            out["files_deleted_by_expiry"] += files
+            out["verification"] = self._verify(state, target, keys)
+        return out
+
+    def _purge_pending(
+        self,
+        state: TableState,
+        target: ErasureTarget,
+        pending: list[tuple[int, str, int | None]],
+        out: dict[str, Any],
+    ) -> None:
+        """Rewrite, drop tags, expire: the bytes of the ``pending`` erasure commits leave the table."""
+        spec = self.spec
+        out["overdue"] = sum(
+            1 for _, _, deadline in pending if deadline is not None and deadline < self.started_ms
+        )
+        if out["overdue"]:
+            log(f"{target.table}: {out['overdue']} erasure commit(s) are past their purge deadline.")
+        erased_files = self._erased_files(state, [snapshot_id for snapshot_id, _, _ in pending])
+        out["data_files_with_erased_rows"] = len(erased_files)
+        log(
+            f"{target.table}: {len(erased_files)} data file(s) held the rows of "
+            f"{len(pending)} erasure commit(s)"
+        )
+        for name, kind, _ in self._refs(state):
+            if kind == "BRANCH" and name not in spec.protected_refs:
+                rewritten = self._rewrite(state, target.table, name)
+                out["data_files_rewritten"] += rewritten["rewritten_data_files_count"]
+                out["delete_files_removed"] += rewritten["removed_delete_files_count"]
+        out["tags_dropped"] = self._drop_tags(state, erased_files)
+        out["snapshots_expired"], out["files_deleted_by_expiry"] = self._expire(state, target.table)
+        out["status"] = "purged"
+
+    def _pending_erasures(self, state: TableState) -> list[tuple[int, str, int | None]]:
+        """The erasure commits still in the table: ``(snapshot id, erasure id, deadline ms)``."""
+        state.refresh()
+        rows = self.spark.sql(
+            sql.metadata_query(state.identifier, "snapshots", "snapshot_id, summary")
+        ).collect()
+        pending = []
+        for row in rows:
+            summary = dict(row.summary or {})
+            erasure_id = summary.get(SummaryKey.ERASURE_ID)
+            if erasure_id is not None:
+                deadline = summary.get(SummaryKey.PURGE_BY)
+                pending.append(
+                    (int(row.snapshot_id), erasure_id, parse_deadline(deadline) if deadline else None)
+                )
+        return pending
+
+    def _erased_files(self, state: TableState, snapshot_ids: list[int]) -> set[str]:
+        """The data files that the delete files added by ``snapshot_ids`` apply to."""
+        rows = self.spark.sql(
+            sql.metadata_query(
+                state.identifier,
+                "all_entries",
+                "data_file.file_path AS delete_file, data_file.referenced_data_file AS data_file",
+                f"status = 1 AND data_file.content = 1 AND {sql.in_list('snapshot_id', snapshot_ids)}",
+            )
+        ).collect()
+        files = {str(row.data_file) for row in rows if row.data_file}
+        scoped_by_content = sorted({str(row.delete_file) for row in rows if not row.data_file})
+        if scoped_by_content:  # position delete files that name their data files in each row
+            listed = self.spark.read.parquet(*scoped_by_content).select("file_path").distinct().collect()
+            files.update(str(row.file_path) for row in listed)
+        # A copy-on-write erasure removed the files itself: they are the ones its commits deleted.
+        removed = self.spark.sql(
+            sql.metadata_query(
+                state.identifier,
+                "all_entries",
+                "data_file.file_path AS data_file",
+                f"status = 2 AND data_file.content = 0 AND {sql.in_list('snapshot_id', snapshot_ids)}",
+            )
+        ).collect()
+        files.update(str(row.data_file) for row in removed)
+        return files
+
+    def _rewrite(self, state: TableState, table: str, branch: str) -> dict[str, int]:
+        """``rewrite_data_files`` of the files with delete files on ``branch``; conflicts re-planned."""
+        arguments = [
+            ("table", sql.literal(".".join(sql.quote_identifier(p) for p in sql.split_table_name(table))))
+        ]
+        if branch != "main":
+            arguments.append(("branch", sql.literal(branch)))
+        options = ", ".join(f"{sql.literal(k)}, {sql.literal(v)}" for k, v in REWRITE_OPTIONS.items())
+        arguments.append(("options", f"map({options})"))
+        statement = sql.call_procedure(self.spec.catalog, "rewrite_data_files", arguments)
+        row = ConflictRetry(self.spec.conflict_retries).run(
+            lambda _: self.spark.sql(statement).collect()[0].asDict(),
+            what=f"Purge of {table} (branch {branch}): the rewrite",
+            log=log,
+            replan=state.refresh,
+        )
+        result = {key: int(value or 0) for key, value in row.items() if key.endswith("_count")}
+        rewritten = result.get("rewritten_data_files_count", 0)
+        log(
+            f"{table} (branch {branch}): rewrote {rewritten} data file(s) "
+            f"into {result.get('added_data_files_count', 0)}, removed "
+            f"{result.get('removed_delete_files_count', 0)} delete file(s)"
+        )
+        return {
+            "rewritten_data_files_count": result.get("rewritten_data_files_count", 0),
+            "removed_delete_files_count": result.get("removed_delete_files_count", 0),
+        }
+
+    def _drop_tags(self, state: TableState, erased_files: set[str]) -> list[str]:
+        """Drop the unprotected tags that still reference a file that held erased rows."""
+        dropped = []
+        for name, kind, snapshot_id in self._refs(state):
+            if kind != "TAG" or not self._references(state, snapshot_id, erased_files):
+                continue
+            if name in self.spec.protected_refs:
+                log(
+                    f"{state.table}: tag {name} is protected and still references erased rows: "
+                    "kept, and reported."
+                )
+                continue
+            self.spark.sql(sql.drop_tag(state.identifier, name))
+            log(f"{state.table}: dropped tag {name} (snapshot {snapshot_id}): it referenced erased rows.")
+            dropped.append(name)
+        return dropped
+
+    def _expire(self, state: TableState, table: str) -> tuple[int, int]:
+        """Expire the snapshots older than the minimum retention; ``(snapshots, files deleted)``."""
+        before = self._snapshot_count(state)
+        call = ExpireSnapshotsCall(
+            older_than_ms=int(time.time() * 1000) - self.spec.min_retention_ms,
+            retain_last=1,
+            min_age_ms=self.spec.min_retention_ms,
+        )
+        row = self.spark.sql(procedures.call_statement(self.spec.catalog, table, call)).collect()[0].asDict()
+        deleted = sum(int(value or 0) for key, value in row.items() if key.startswith("deleted_"))
+        expired = before - self._snapshot_count(state)
+        log(
+            f"{table}: expired {expired} snapshot(s) older than {_iso(call.older_than_ms)}; Iceberg deleted "
+            f"{deleted} file(s) only they referenced"
+        )
+        return expired, deleted
+
+    def _snapshot_count(self, state: TableState) -> int:
+        state.refresh()
+        return int(
+            self.spark.sql(sql.metadata_query(state.identifier, "snapshots", "count(*)")).collect()[0][0]
+        )

@@ -1,0 +1,197 @@
+"""What every job spec and record shares: the layout version, the enums, the run key, the summary keys,
+and the one way they are written as JSON (:mod:`airflow_iceberg_dml.wire`). Standard library only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
+
+from airflow_iceberg_dml import __version__, wire
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+PACKAGE_VERSION = __version__
+
+#: Version of the JSON layout below. A job refuses a spec whose version it does not know.
+#: 2: a DELETE/UPDATE's guards, commit policy and audits are objects of their own.
+SPEC_VERSION = 2
+
+#: Prefix of the lines a job prints for the task log; the hook shows these at INFO, the JVM's at DEBUG.
+LOG_PREFIX = "iceberg-dml | "
+
+
+class JobKind(StrEnum):
+    """What a job does to the table."""
+
+    DELETE = "delete"
+    """Remove the rows that match ``where``."""
+    UPDATE = "update"
+    """Assign ``set`` expressions to the rows that match ``where``."""
+
+
+class WriteMode(StrEnum):
+    """How a row-level change is written (Iceberg's ``write.delete.mode`` / ``write.update.mode``)."""
+
+    MERGE_ON_READ = "merge-on-read"
+    """Deleted rows go to position delete files (deletion vectors on format v3); no data file is rewritten."""
+    COPY_ON_WRITE = "copy-on-write"
+    """Every data file holding a changed row is rewritten without it; no delete file is written."""
+    TABLE = "table"
+    """Use what the table's property says (Iceberg's default, copy-on-write, when it is unset)."""
+
+
+class IsolationLevel(StrEnum):
+    """Iceberg's conflict check at commit (``write.<operation>.isolation-level``)."""
+
+    SERIALIZABLE = "serializable"
+    """Fail when a concurrent commit added or deleted data the change's predicate could match."""
+    SNAPSHOT = "snapshot"
+    """Fail only when a concurrent commit removed or changed files this change rewrites."""
+
+
+class Plan(StrEnum):
+    """How the job carried out the change."""
+
+    ROW_LEVEL = "row-level"
+    """A Spark SQL DELETE or UPDATE in the table's write mode."""
+    TRUNCATE = "truncate"
+    """A constant-true DELETE: every data and delete file is dropped in one metadata-only commit."""
+    REWRITE = "rewrite"
+    """A constant-true UPDATE: all rows rewritten and the old files replaced in one commit."""
+    NOOP = "noop"
+    """The predicate matched nothing (or the table was empty): nothing was committed."""
+
+
+class SummaryKey:
+    """Snapshot summary keys that this package writes, or reads from Iceberg's own summary."""
+
+    # Written by this package on every commit it makes: the run key and where it came from.
+    DAG_ID = "airflow.dag-id"
+    TASK_ID = "airflow.task-id"
+    RUN_ID = "airflow.run-id"
+    MAP_INDEX = "airflow.map-index"
+    TRY_NUMBER = "airflow.try-number"
+    PACKAGE_VERSION = "airflow-iceberg-dml.version"
+    PLAN = "airflow-iceberg-dml.plan"
+    #: One job's own mark: a Spark Connect server's application runs the jobs of many tasks.
+    JOB_ID = "airflow-iceberg-dml.job-id"
+    #: An erasure's commits: which request they carry out, and when its bytes must be gone (UTC, ISO 8601).
+    ERASURE_ID = "airflow-iceberg-dml.erasure-id"
+    PURGE_BY = "airflow-iceberg-dml.purge-by"
+
+    # Written by Iceberg and Spark.
+    SPARK_APP_ID = "spark.app.id"
+    #: Iceberg's own record of the engine's application, on every commit (a ``CALL`` procedure's too).
+    APP_ID = "app-id"
+    ADDED_DATA_FILES = "added-data-files"
+    DELETED_DATA_FILES = "deleted-data-files"
+    ADDED_DELETE_FILES = "added-delete-files"
+    ADDED_DVS = "added-dvs"
+    ADDED_POSITION_DELETES = "added-position-deletes"
+    ADDED_RECORDS = "added-records"
+    DELETED_RECORDS = "deleted-records"
+    TOTAL_RECORDS = "total-records"
+    TOTAL_POSITION_DELETES = "total-position-deletes"
+    TOTAL_DELETE_FILES = "total-delete-files"
+    TOTAL_DATA_FILES = "total-data-files"
+    CHANGED_PARTITION_COUNT = "changed-partition-count"
+
+
+def snapshot_id_text(snapshot_id: int | None) -> str | None:
+    """A snapshot id as it leaves the package (XCom, asset events, reports): decimal text.
+
+    Iceberg snapshot ids are random 64-bit integers, beyond the 2**53 that a JavaScript number holds
+    exactly: as JSON numbers the Airflow UI and every JavaScript client would round them.
+    """
+    return None if snapshot_id is None else str(snapshot_id)
+
+
+def parse_snapshot_id(name: str, value: object) -> int | None:
+    """A snapshot id given as an integer or as its decimal text (what XCom carries); None when blank."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{name}={value!r} is not a snapshot id (an integer, or its decimal text).")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(
+            f"{name}={value!r} is not a snapshot id (an integer, or its decimal text)."
+        ) from None
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """The Airflow identity of one logical change. Two tries of a task share it."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+
+    def summary_properties(self, try_number: int) -> dict[str, str]:
+        """The snapshot summary entries that tie a commit to this run key and try."""
+        return {
+            SummaryKey.DAG_ID: self.dag_id,
+            SummaryKey.TASK_ID: self.task_id,
+            SummaryKey.RUN_ID: self.run_id,
+            SummaryKey.MAP_INDEX: str(self.map_index),
+            SummaryKey.TRY_NUMBER: str(try_number),
+            SummaryKey.PACKAGE_VERSION: PACKAGE_VERSION,
+        }
+
+    def matches(self, summary: Mapping[str, str]) -> bool:
+        """True when a snapshot summary carries this run key (any try)."""
+        return (
+            summary.get(SummaryKey.DAG_ID) == self.dag_id
+            and summary.get(SummaryKey.TASK_ID) == self.task_id
+            and summary.get(SummaryKey.RUN_ID) == self.run_id
+            and summary.get(SummaryKey.MAP_INDEX) == str(self.map_index)
+        )
+
+
+ScalarParameter = str | int | float | bool | None
+#: A parameter the jobs bind: a scalar, or a list of them (``column IN :values``).
+Parameter = ScalarParameter | list[ScalarParameter]
+
+
+class JobSpec(Protocol):
+    """What the spark-submit hook needs from any job spec (a frozen dataclass)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    #: File name of the PySpark entrypoint in ``airflow_iceberg_dml/jobs`` that runs this spec.
+    application: ClassVar[str]
+
+    @property
+    def table(self) -> str: ...
+
+    @property
+    def result_path(self) -> str | None: ...
+
+    def to_json(self) -> str: ...
+
+
+class JsonSpec:
+    """``to_json`` / ``from_json`` of a frozen dataclass, by the one mechanism (:mod:`.wire`).
+
+    A class with a ``version`` field refuses a payload of another layout version.
+    """
+
+    def to_json(self) -> str:
+        return wire.to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        payload = json.loads(text)
+        if "version" in {field.name for field in fields(cls)}:  # type: ignore[arg-type]
+            version = payload.get("version") if isinstance(payload, dict) else None
+            if version != SPEC_VERSION:
+                raise ValueError(
+                    f"Job spec version {version!r} is not supported by this job (expects {SPEC_VERSION}); "
+                    "the Airflow side and the Spark side run different package versions."
+                )
+        decoded: Self = wire.decode(cls, payload)
+        return decoded
