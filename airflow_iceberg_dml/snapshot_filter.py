@@ -2,8 +2,9 @@
 
 The sensor and the trigger build a :class:`SnapshotFilter` from their (templated) arguments; the trigger
 stores it as JSON (:meth:`SnapshotFilter.to_dict`) and rebuilds it on the triggerer. Walking a ref's
-history is done here too, on plain :class:`SnapshotInfo` records, so that every rule (which snapshots
-are new, which match, when a watcher fires) is tested without a catalog. No Airflow import, no I/O.
+history (:mod:`.snapshot_walk`) works on plain :class:`SnapshotInfo` records (:mod:`.snapshot_info`), so
+that every rule (which snapshots are new, which match, when a watcher fires) is tested without a
+catalog. No Airflow import, no I/O.
 """
 
 from __future__ import annotations
@@ -13,139 +14,24 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 from airflow_iceberg_dml.exceptions import InvalidSnapshotFilterError
-from airflow_iceberg_dml.result import rows_deleted
-from airflow_iceberg_dml.spec import RunKey, SummaryKey, parse_snapshot_id, snapshot_id_text
+from airflow_iceberg_dml.snapshot_info import SnapshotInfo, SnapshotMatch, SnapshotOperation, snapshot_match
+from airflow_iceberg_dml.spec import RunKey
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
-    from pyiceberg.table.snapshots import Snapshot
+__all__ = [
+    "MAIN_BRANCH",
+    "SnapshotFilter",
+    "SnapshotInfo",
+    "SnapshotMatch",
+    "SnapshotOperation",
+    "parse_timestamp",
+    "snapshot_match",
+]
 
 #: The ref a filter watches when none is given.
 MAIN_BRANCH = "main"
-
-
-class SnapshotOperation(StrEnum):
-    """Iceberg's snapshot operation, as written in the snapshot summary."""
-
-    APPEND = "append"
-    """Only data files were added (INSERT, pyiceberg ``append``, fast-append)."""
-    OVERWRITE = "overwrite"
-    """Files were added and removed: copy-on-write DELETE/UPDATE, MERGE, any merge-on-read UPDATE."""
-    DELETE = "delete"
-    """Data was only removed: a merge-on-read DELETE (delete files) or a metadata-only DELETE/truncate."""
-    REPLACE = "replace"
-    """Files were rewritten without changing the data: compaction, ``rewrite_manifests``."""
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """One commit of a table, as the sensor reports it. JSON round trip via :meth:`to_dict`."""
-
-    snapshot_id: int
-    parent_snapshot_id: int | None
-    sequence_number: int | None
-    operation: str | None
-    timestamp_ms: int
-    summary: Mapping[str, str] = field(default_factory=dict)
-    #: Rows the commit added (``added-records``).
-    rows_added: int = 0
-    #: Rows the commit removed from the live rows, as the DML operators count them (position deletes,
-    #: copy-on-write rewrites and truncates alike); see :func:`airflow_iceberg_dml.result.rows_deleted`.
-    rows_deleted: int = 0
-
-    @classmethod
-    def from_snapshot(cls, snapshot: Snapshot, parent: Snapshot | None) -> SnapshotInfo:
-        """From a pyiceberg snapshot and its parent (None when it has none, or it was expired)."""
-        summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
-        parent_summary = (
-            dict(parent.summary.additional_properties) if parent is not None and parent.summary else None
-        )
-        return cls(
-            snapshot_id=snapshot.snapshot_id,
-            parent_snapshot_id=snapshot.parent_snapshot_id,
-            sequence_number=snapshot.sequence_number,
-            operation=snapshot.summary.operation.value if snapshot.summary else None,
-            timestamp_ms=snapshot.timestamp_ms,
-            summary=summary,
-            rows_added=int(summary.get(SummaryKey.ADDED_RECORDS) or 0),
-            rows_deleted=max(rows_deleted(summary, parent_summary), 0),
-        )
-
-    @property
-    def committed_at(self) -> datetime:
-        return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable; snapshot ids as decimal text (see ``spec.snapshot_id_text``)."""
-        return {
-            "snapshot_id": snapshot_id_text(self.snapshot_id),
-            "parent_snapshot_id": snapshot_id_text(self.parent_snapshot_id),
-            "sequence_number": self.sequence_number,
-            "operation": self.operation,
-            "timestamp_ms": self.timestamp_ms,
-            "committed_at": self.committed_at.isoformat(),
-            "summary": dict(self.summary),
-            "rows_added": self.rows_added,
-            "rows_deleted": self.rows_deleted,
-        }
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> SnapshotInfo:
-        return cls(
-            snapshot_id=int(payload["snapshot_id"]),
-            parent_snapshot_id=parse_snapshot_id("parent_snapshot_id", payload.get("parent_snapshot_id")),
-            sequence_number=payload.get("sequence_number"),
-            operation=payload.get("operation"),
-            timestamp_ms=int(payload["timestamp_ms"]),
-            summary=dict(payload.get("summary") or {}),
-            rows_added=int(payload.get("rows_added") or 0),
-            rows_deleted=int(payload.get("rows_deleted") or 0),
-        )
-
-
-class SnapshotMatch(TypedDict):
-    """What the sensor returns (its XCom value) and what the trigger's event carries. JSON-serialisable.
-
-    The top-level snapshot fields describe the newest of the matching commits, so that
-    ``ti.xcom_pull("wait")["snapshot_id"]`` is the commit to pin the next change on.
-    """
-
-    table: str
-    ref: str
-    snapshot_id: str
-    """Decimal text: ids use all 64 bits, more than a JSON number keeps in a browser."""
-    parent_snapshot_id: str | None
-    sequence_number: int | None
-    operation: str | None
-    timestamp_ms: int
-    committed_at: str
-    summary: dict[str, str]
-    snapshots: list[dict[str, Any]]
-    """Every matching commit reported, oldest first (``count`` of them)."""
-
-
-def snapshot_match(table: str, ref: str, snapshots: Sequence[SnapshotInfo]) -> SnapshotMatch:
-    """The sensor's result for the matching ``snapshots`` (oldest first, at least one)."""
-    if not snapshots:
-        raise ValueError("snapshot_match needs at least one snapshot.")
-    newest = snapshots[-1].to_dict()
-    return SnapshotMatch(
-        table=table,
-        ref=ref,
-        snapshot_id=newest["snapshot_id"],
-        parent_snapshot_id=newest["parent_snapshot_id"],
-        sequence_number=newest["sequence_number"],
-        operation=newest["operation"],
-        timestamp_ms=newest["timestamp_ms"],
-        committed_at=newest["committed_at"],
-        summary=newest["summary"],
-        snapshots=[snapshot.to_dict() for snapshot in snapshots],
-    )
 
 
 def _is_blank(value: object) -> bool:
@@ -441,126 +327,3 @@ class SnapshotFilter:
             parts.append(f">= {self.min_deleted_records} row(s) deleted")
         parts.append(f"count {self.count}")
         return ", ".join(parts)
-
-
-# ---- walking a ref's history ----
-
-
-@dataclass(frozen=True)
-class WatchState:
-    """Where a watch stands: the last head walked from, and matches not yet reported.
-
-    Plain JSON via :meth:`to_dict`, so that an asset watcher can keep it across triggerer restarts.
-    """
-
-    #: The ref head the last walk started from (None before the first walk, or while the ref is empty).
-    head_snapshot_id: int | None = None
-    #: Whether that head is ``newer_than_snapshot_id`` or one of its descendants (always True without it).
-    head_after_boundary: bool = False
-    #: Matching commits found and not yet reported, oldest first.
-    pending: tuple[SnapshotInfo, ...] = ()
-    #: True once a walk has happened: later walks only look at snapshots newer than ``head_snapshot_id``.
-    started: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "head_snapshot_id": self.head_snapshot_id,
-            "head_after_boundary": self.head_after_boundary,
-            "pending": [snapshot.to_dict() for snapshot in self.pending],
-            "started": self.started,
-        }
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> WatchState:
-        return cls(
-            head_snapshot_id=payload.get("head_snapshot_id"),
-            head_after_boundary=bool(payload.get("head_after_boundary")),
-            pending=tuple(SnapshotInfo.from_dict(item) for item in payload.get("pending") or ()),
-            started=bool(payload.get("started")),
-        )
-
-    def take(self, count: int) -> tuple[tuple[SnapshotInfo, ...], WatchState]:
-        """The oldest ``count`` pending matches, and the state without them."""
-        return self.pending[:count], WatchState(
-            head_snapshot_id=self.head_snapshot_id,
-            head_after_boundary=self.head_after_boundary,
-            pending=self.pending[count:],
-            started=self.started,
-        )
-
-
-@dataclass(frozen=True)
-class WalkResult:
-    state: WatchState
-    #: Snapshots looked at by this walk (the cost of the poll, in snapshots).
-    walked: int
-    #: Newly found matches (oldest first); also appended to ``state.pending``.
-    new_matches: tuple[SnapshotInfo, ...]
-
-
-def walk(
-    lineage: Iterable[SnapshotInfo],
-    head_snapshot_id: int | None,
-    state: WatchState,
-    snapshot_filter: SnapshotFilter,
-    *,
-    previous_lineage: Callable[[int], set[int]] | None = None,
-) -> WalkResult:
-    """Examine the commits on a ref that are new since ``state``, newest first, and record the matches.
-
-    ``lineage`` yields the ref's head and its ancestors, newest first; it is consumed lazily and only
-    down to the first snapshot already seen (the previous head) or to ``newer_than_snapshot_id``, so a
-    poll costs the number of new commits, not the length of the history. When the previous head is not
-    an ancestor of the new one (the ref was rolled back or replaced), the walk goes on to the boundary
-    or the root, and ``previous_lineage(previous_head)`` (the ids that were on the ref before) keeps
-    commits already seen from counting twice.
-    """
-    boundary = snapshot_filter.newer_than_snapshot_id
-    previous_head = state.head_snapshot_id if state.started else None
-    collected: list[SnapshotInfo] = []
-    stop = "root"
-    walked = 0
-    for snapshot in lineage:
-        walked += 1
-        if previous_head is not None and snapshot.snapshot_id == previous_head:
-            stop = "previous"
-            break
-        if boundary is not None and snapshot.snapshot_id == boundary:
-            stop = "boundary"
-            break
-        collected.append(snapshot)
-
-    if stop == "previous":
-        after_boundary = state.head_after_boundary
-        candidates = collected if after_boundary else []
-    else:
-        after_boundary = boundary is None or stop == "boundary"
-        candidates = collected if after_boundary else []
-        if previous_head is not None and candidates and previous_lineage is not None:
-            # The ref moved to another line of history: drop what was on the ref before.
-            seen = previous_lineage(previous_head)
-            candidates = [snapshot for snapshot in candidates if snapshot.snapshot_id not in seen]
-    if head_snapshot_id is None:
-        after_boundary = boundary is None
-
-    already = {snapshot.snapshot_id for snapshot in state.pending}
-    new_matches = tuple(
-        snapshot
-        for snapshot in reversed(candidates)
-        if snapshot.snapshot_id not in already and snapshot_filter.matches(snapshot)
-    )
-    return WalkResult(
-        state=WatchState(
-            head_snapshot_id=head_snapshot_id,
-            head_after_boundary=after_boundary,
-            pending=state.pending + new_matches,
-            started=True,
-        ),
-        walked=walked,
-        new_matches=new_matches,
-    )
-
-
-def baseline(head_snapshot_id: int | None) -> WatchState:
-    """A state that treats the current history as seen: only later commits count (asset watchers)."""
-    return WatchState(head_snapshot_id=head_snapshot_id, head_after_boundary=True, started=True)

@@ -12,12 +12,10 @@ from airflow_iceberg_dml.snapshot_filter import (
     SnapshotFilter,
     SnapshotInfo,
     SnapshotOperation,
-    WatchState,
-    baseline,
     parse_timestamp,
     snapshot_match,
-    walk,
 )
+from airflow_iceberg_dml.snapshot_walk import WatchState, baseline, walk
 from airflow_iceberg_dml.spec import RunKey, SummaryKey
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z in epoch milliseconds

@@ -2,7 +2,7 @@
 
 A poll first asks the catalog where the table's metadata is now (the *pointer*). When it has not moved,
 the poll ends there: no metadata file is read. When it has, the table metadata is loaded once and only
-the snapshots newer than the last head seen are walked (:func:`airflow_iceberg_dml.snapshot_filter.walk`).
+the snapshots newer than the last head seen are walked (:func:`airflow_iceberg_dml.snapshot_walk.walk`).
 
 How the pointer is read depends on the catalog:
 
@@ -41,14 +41,8 @@ from airflow_iceberg_dml.exceptions import (
     SnapshotNotFoundError,
     TableNotFoundError,
 )
-from airflow_iceberg_dml.snapshot_filter import (
-    MAIN_BRANCH,
-    SnapshotFilter,
-    SnapshotInfo,
-    WatchState,
-    baseline,
-    walk,
-)
+from airflow_iceberg_dml.snapshot_filter import MAIN_BRANCH, SnapshotFilter, SnapshotInfo
+from airflow_iceberg_dml.snapshot_walk import WatchState, baseline, walk
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -36,7 +36,7 @@ from airflow_iceberg_dml.exceptions import (
     InvalidSubjectsError,
 )
 from airflow_iceberg_dml.jobs.dml import DmlJob
-from airflow_iceberg_dml.jobs.purge import PurgeSteps
+from airflow_iceberg_dml.jobs.purge import REWRITE_OPTIONS, PurgeSteps
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_message,
@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pyspark.sql import SparkSession
+
+__all__ = ["REWRITE_OPTIONS", "ErasureJob", "key_kind", "main", "run_spec", "value_kind"]
 
 #: Spark's names of the key types an erasure accepts; other keys are cast in ``subjects_query``.
 _INTEGRAL = frozenset({"tinyint", "smallint", "int", "bigint"})

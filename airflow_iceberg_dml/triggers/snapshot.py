@@ -22,7 +22,8 @@ from airflow_iceberg_dml.exceptions import (
     TableNotFoundError,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.snapshot_filter import SnapshotFilter, WatchState, snapshot_match
+from airflow_iceberg_dml.snapshot_filter import SnapshotFilter, snapshot_match
+from airflow_iceberg_dml.snapshot_walk import WatchState
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
