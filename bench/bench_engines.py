@@ -58,6 +58,7 @@ from bench.common import (
     ratio,
     write_results,
 )
+from bench.engine_changes import PYICEBERG_CALLS, SPARK_CONN_ID, UPDATE_COLUMN, UPDATE_VALUE
 from bench.probes import Call, record_calls, stamp_job_lines, trace_hook_submits
 from bench.tables import catalog_hook, local_session
 from bench.tpch import QUICK_SCALE_FACTOR, TpchTables, load
@@ -80,12 +81,6 @@ QUICK_CHANGES = 4
 #: The backfill runs at the smallest scale factor measured (0.1 in a full run).
 #: 0.01% of ``lineitem``: about 60 rows at scale factor 0.1, 600 at 1.
 SELECTIVITY = 0.0001
-UPDATE_COLUMN = "l_comment"
-UPDATE_VALUE = "corrected"
-#: The UPDATE operators' ``set``, a Spark SQL expression per column.
-UPDATE_SET = {UPDATE_COLUMN: f"'{UPDATE_VALUE}'"}
-#: The Spark connection of the benchmark DAGs' operators (``bench/dags/bench_engines_dag.py``).
-SPARK_CONN_ID = "bench_engine"
 _CONN_ENV = f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}"
 
 #: Issue 12's goals on this 2-core machine.
@@ -128,41 +123,6 @@ _ENGINE_PHASES = {
 
 
 # -- pyiceberg in a @task (called by the benchmark DAGs) ----------------------------------------------
-
-#: When each pyiceberg change started and ended, in this process (the benchmark reads it).
-PYICEBERG_CALLS: list[Call] = []
-
-
-def pyiceberg_delete(table_name: str, where: str) -> None:
-    """What a user writes in a ``@task``: load the table, ``Table.delete(where)`` (copy-on-write)."""
-    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-
-    PYICEBERG_CALLS.append(Call(started=time.perf_counter()))
-    try:
-        IcebergCatalogHook().load_table(table_name).delete(where)
-    finally:
-        PYICEBERG_CALLS[-1].ended = time.perf_counter()
-
-
-def pyiceberg_update(table_name: str, where: str) -> None:
-    """pyiceberg has no UPDATE: read the matching rows, set the column, ``overwrite`` them by filter.
-
-    One commit: the rows matching ``where`` are deleted (their files rewritten) and the changed rows
-    appended, in one transaction.
-    """
-    import pyarrow as pa
-
-    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-
-    PYICEBERG_CALLS.append(Call(started=time.perf_counter()))
-    try:
-        table = IcebergCatalogHook().load_table(table_name)
-        rows = table.scan(row_filter=where).to_arrow()
-        index = rows.schema.get_field_index(UPDATE_COLUMN)
-        column = pa.array([UPDATE_VALUE] * rows.num_rows, type=rows.schema.field(index).type)
-        table.overwrite(rows.set_column(index, rows.schema.field(index), column), overwrite_filter=where)
-    finally:
-        PYICEBERG_CALLS[-1].ended = time.perf_counter()
 
 
 # -- watching a task ---------------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.spec import ScalarParameter
 
+__all__ = ["Duration", "IcebergEraseOperator", "Through"]
+
 _QUERY_START = re.compile(r"^\s*\(*\s*(select|with)\b", re.IGNORECASE)
 
 

@@ -13,9 +13,9 @@ from airflow.sdk import DAG, task
 
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
-from bench import bench_engines
+from bench import engine_changes
 
-SPARK_CONN_ID = "bench_engine"
+SPARK_CONN_ID = engine_changes.SPARK_CONN_ID
 _START = pendulum.datetime(2026, 1, 1, tz="UTC")
 _PARAMS = {"table": "", "where": ""}
 
@@ -44,7 +44,7 @@ with DAG(
         task_id="update",
         table="{{ params.table }}",
         where="{{ params.where }}",
-        set=dict(bench_engines.UPDATE_SET),
+        set=dict(engine_changes.UPDATE_SET),
         spark_conn_id=SPARK_CONN_ID,
     )
 
@@ -58,7 +58,7 @@ with DAG(
 
     @task(task_id="delete")
     def delete_rows(table: str, where: str) -> None:
-        bench_engines.pyiceberg_delete(table, where)
+        engine_changes.pyiceberg_delete(table, where)
 
     delete_rows("{{ params.table }}", "{{ params.where }}")
 
@@ -72,6 +72,6 @@ with DAG(
 
     @task(task_id="update")
     def update_rows(table: str, where: str) -> None:
-        bench_engines.pyiceberg_update(table, where)
+        engine_changes.pyiceberg_update(table, where)
 
     update_rows("{{ params.table }}", "{{ params.where }}")
