@@ -14,7 +14,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
 
-.PHONY: demo test lint bench install jars clean engine engine-status engine-stop
+.PHONY: demo test lint bench install jars clean engine engine-status engine-stop check-floor
 
 install: $(INSTALLED)
 
@@ -51,6 +51,11 @@ engine-stop: $(INSTALLED)
 
 test: $(JARS_READY)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The lowest versions pyproject.toml declares: installed in a throwaway virtualenv, every module imported,
+# every example DAG parsed (CI runs it too).
+check-floor:
+	$(PYTHON) .ci/check-floor
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

@@ -246,18 +246,30 @@ def main(argv: list[str] | None = None) -> None:
     }
     write_results(NAME, payload, quick=args.quick)
 
+    _print_report(payload, medians, files, health_before)
+
+
+def _print_report(
+    payload: dict[str, Any],
+    medians: dict[str, dict[str, float]],
+    files: dict[str, tuple[int, int]],
+    health_before: Any,
+) -> None:
     print()
     print(
-        f"TPC-H lineitem, scale factor {scale_factor:g}, {payload['rows']:,} rows; {deletes} merge-on-read "
+        f"TPC-H lineitem, scale factor {payload['scale_factor']:g}, {payload['rows']:,} rows; "
+        f"{payload['deletes']} merge-on-read "
         f"deletes left {files['after deletes'][1]} delete files on {files['after deletes'][0]} data files "
-        f"({health_before.position_deletes:,} rows deleted); compaction took {compaction_seconds:.1f}s "
+        f"({health_before.position_deletes:,} rows deleted); "
+        f"compaction took {payload['compaction_seconds']:.1f}s "
         "and left "
         f"{files['after compaction'][0]} data files, {files['after compaction'][1]} delete files "
-        f"(fresh: {files['fresh'][0]} data files). Medians of {runs} runs:"
+        f"(fresh: {files['fresh'][0]} data files). Medians of {payload['runs']} runs:"
     )
     print()
     print(ratio_table("query", medians, baseline="fresh"))
     print()
+    health = payload["health_check"]
     within = all(value <= TARGET_RATIO for value in payload["compacted_over_fresh"].values())
     print(f"After compaction within {TARGET_RATIO - 1:.0%} of fresh: {'yes' if within else 'NO'}.")
     print()

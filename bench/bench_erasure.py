@@ -548,10 +548,8 @@ def start_engine(hook: IcebergCatalogHook) -> Server:
     return start_server(hook)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from bench.bench_engines import engine_connection, stop_server
-    from bench.bench_overhead import use_bench_dag_bundle
-
+def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, float, int, int]:
+    """The command line: (arguments, scale factor, customers erased, naive sample size)."""
     parser = argparse.ArgumentParser(prog="python -m bench erasure", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick",
@@ -574,6 +572,14 @@ def main(argv: list[str] | None = None) -> None:
     sample_size = args.naive_sample or (QUICK_NAIVE_SAMPLE if args.quick else DEFAULT_NAIVE_SAMPLE)
     if not 0 < sample_size <= count:
         raise ValueError(f"--naive-sample must be between 1 and --customers ({count})")
+    return args, scale_factor, count, sample_size
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench.bench_engines import engine_connection, stop_server
+    from bench.bench_overhead import use_bench_dag_bundle
+
+    args, scale_factor, count, sample_size = _arguments(argv)
     use_bench_dag_bundle()
 
     started = time.monotonic()

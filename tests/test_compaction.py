@@ -266,6 +266,15 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
 # -- compaction racing a DELETE -------------------------------------------------------------------------
 
 
+def _wait_for_another_job(tracker: Any, held: set[int], timeout_message: str) -> None:
+    """Until a Spark job other than ``held`` is active (5 minutes at most)."""
+    deadline = time.monotonic() + 300
+    while not set(tracker.getActiveJobsIds()) - held:
+        if time.monotonic() > deadline:
+            raise TimeoutError(timeout_message)
+        time.sleep(0.05)
+
+
 @contextmanager
 def commit_while_rewrite_waits(spark: SparkSession, commit: Callable[[], Any]) -> Iterator[dict[str, Any]]:
     """Make another writer commit after the rewrite has planned and before it can commit.
@@ -291,11 +300,7 @@ def commit_while_rewrite_waits(spark: SparkSession, commit: Callable[[], Any]) -
 
     def interleave(held: set[int]) -> None:
         try:
-            deadline = time.monotonic() + 300
-            while not set(tracker.getActiveJobsIds()) - held:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the rewrite never submitted a Spark job")
-                time.sleep(0.05)
+            _wait_for_another_job(tracker, held, "the rewrite never submitted a Spark job")
             outcome["rewrite_waiting"] = True
             outcome["commit"] = commit()
         except BaseException as error:  # noqa: BLE001 - re-raised in the test thread
@@ -310,8 +315,7 @@ def commit_while_rewrite_waits(spark: SparkSession, commit: Callable[[], Any]) -
             before = set(tracker.getActiveJobsIds())
             threads.append(threading.Thread(target=occupy, daemon=True))
             threads[0].start()
-            while not set(tracker.getActiveJobsIds()) - before:
-                time.sleep(0.05)
+            _wait_for_another_job(tracker, before, "the slots were never taken")
             threads.append(
                 threading.Thread(target=interleave, args=(set(tracker.getActiveJobsIds()),), daemon=True)
             )

@@ -138,6 +138,11 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
         if plan is Plan.NOOP:
             log("The predicate is constant false: nothing to change.")
             return self._record(Outcome.NOOP, plan, None, None)
+        return self._before_writing(plan, head_before) or self._commit(plan, head_before)
+
+    def _before_writing(self, plan: Plan, head_before: int) -> JobRecord | None:
+        """The dry run's record, a guard's error, or a no-op when no row matches; None to go on."""
+        spec = self.spec
         if spec.dry_run or spec.guards.active:
             impact = self._impact(head_before)
             self._check_guards(impact)
@@ -152,16 +157,20 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
             # Spark would still commit an empty snapshot for a predicate it cannot prove empty.
             log(f"No row matches at snapshot {head_before}: nothing to change, nothing committed.")
             return self._record(Outcome.NOOP, Plan.NOOP, None, None)
+        return None
 
-        write_ref = self._create_audit_branch(head_before) if spec.audits.queries else self.ref
+    def _commit(self, plan: Plan, head_before: int) -> JobRecord:
+        """Write the change (to the audit branch first, with audits), find its commit, publish it."""
+        audited = bool(self.spec.audits.queries)
+        write_ref = self._create_audit_branch(head_before) if audited else self.ref
         write_mode, statement = self._write(plan, head_before, write_ref)
         snapshot_id = self._find_commit(head_before, write_ref)
         if snapshot_id is None:
             log("No rows matched: Iceberg committed nothing.")
-            if spec.audits.queries:
+            if audited:
                 self._drop_branch(write_ref)
             return self._record(Outcome.NOOP, Plan.NOOP, write_mode, statement)
-        if spec.audits.queries:
+        if audited:
             self._audit_and_publish(write_ref, head_before)
         log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
         return self._record(Outcome.COMMITTED, plan, write_mode, statement, snapshot_id)
