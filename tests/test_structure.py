@@ -11,6 +11,7 @@ import importlib
 import inspect
 import pkgutil
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -193,3 +194,52 @@ def test_bench_has_no_import_circle():
 
 def test_the_circle_check_finds_a_circle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_a_third_engine_is_one_class_and_one_line(monkeypatch):
+    """docs/engines.md: register a class for a connection type; the operators then run their jobs on it."""
+    import json
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.hooks import engines
+    from airflow_iceberg_dml.operators.base import JobRun
+    from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+    from airflow_iceberg_dml.spec import JobRecord, Outcome
+
+    class InProcessEngine:
+        state_key = "iceberg_dml_in_process"
+        submitted: ClassVar[list[tuple[str, str]]] = []
+
+        def __init__(self, spark_conn_id, spark_conf=None, task_spark_conf=None):
+            self.spark_conn_id = spark_conn_id
+
+        def submit(self, spec, catalog, name, on_started=None):
+            if on_started is not None:
+                on_started({"job": name})
+            self.submitted.append((self.spark_conn_id, name))
+            return JobRecord(Outcome.NOOP, spark_app_id="in-process")
+
+        def reattach(self, stored):
+            return False
+
+        def on_kill(self):
+            pass
+
+        remote_application_id = None
+
+        def failure(self, error):
+            raise AssertionError(error)
+
+    monkeypatch.setitem(engines.ENGINES, "in_process", InProcessEngine)  # the one line
+    monkeypatch.setenv("AIRFLOW_CONN_TINY", json.dumps({"conn_type": "in_process"}))
+    assert isinstance(engines.engine_for("tiny"), InProcessEngine)
+
+    stored: dict[str, object] = {}
+    store = SimpleNamespace(set=stored.__setitem__, delete=stored.pop, get=stored.get)
+    operator = IcebergDeleteOperator(task_id="d", table="ns.t", where="TRUE", spark_conn_id="tiny")
+    context = {"ti": SimpleNamespace(dag_id="dag", task_id="d")}
+    record = operator._submit(None, JobRun(context, SimpleNamespace(catalog_config=None)), store)
+    assert record == JobRecord(Outcome.NOOP, spark_app_id="in-process")
+    assert InProcessEngine.submitted == [("tiny", "iceberg-dml-dag-d")]
+    assert stored == {}  # what the job stored for a later try is forgotten once it ended
+    assert type(operator._engine) is InProcessEngine
