@@ -148,6 +148,8 @@ def test_the_backoff_doubles_up_to_its_cap_and_is_drawn_below_it():
     assert [capped.delay(n) for n in range(1, 6)] == [0.25, 0.5, 1.0, 1.0, 1.0]
     low = ConflictRetry(3, uniform=lambda low, high: low)
     assert low.delay(3) == 0.0
+    default = ConflictRetry(10, uniform=lambda low, high: high)  # docs/reliability.md: 0.25 s up to 4 s
+    assert [default.delay(n) for n in (1, 2, 5, 6, 9)] == [0.25, 0.5, 4.0, 4.0, 4.0]
 
 
 def test_the_budget_spent_raises_a_retryable_conflict_naming_it():
