@@ -482,7 +482,8 @@ def test_a_connect_error_names_its_server_side_class_and_its_causes():
     import grpc
     from pyspark.errors.exceptions.connect import UnknownException
 
-    from airflow_iceberg_dml.jobs.runner import commit_conflict, error_message, java_causes
+    from airflow_iceberg_dml.conflicts import FailureKind, classify, commit_failure
+    from airflow_iceberg_dml.jobs.runner import error_message, java_causes
 
     error = UnknownException(
         message="(org.apache.spark.SparkException) Job aborted.",
@@ -500,8 +501,11 @@ def test_a_connect_error_names_its_server_side_class_and_its_causes():
         ("org.apache.spark.SparkException", "Job aborted."),
         ("org.apache.iceberg.exceptions.CommitFailedException", "Cannot commit: stale"),
     ]
-    assert commit_conflict(error, ("CommitFailedException",)) == "CommitFailedException: Cannot commit: stale"
-    assert commit_conflict(error, ("ValidationException",)) is None
+    assert commit_failure(error) == (
+        FailureKind.COMMIT_CONFLICT,
+        "CommitFailedException: Cannot commit: stale",
+    )
+    assert classify(error) is FailureKind.COMMIT_CONFLICT
 
 
 def test_a_stored_session_round_trips_and_anything_else_is_ignored():
