@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
@@ -51,7 +52,18 @@ _PREFIX_KEYS = ("header.",)
 _PYICEBERG_ONLY = {"type", "uri", "py-io-impl", "init_catalog_tables", "echo", "pool_pre_ping"}
 #: Connection extra naming the catalog on both sides; read here, never passed on as a property.
 CATALOG_NAME_KEY = "catalog-name"
-SUPPORTED_TYPES = ("sql", "rest")
+
+
+class CatalogType(StrEnum):
+    """The catalog kinds that pyiceberg and Spark both open from one connection (its ``type``)."""
+
+    SQL = "sql"
+    """pyiceberg's SQL catalog (SQLite or PostgreSQL), which Spark opens as Iceberg's JDBC catalog."""
+    REST = "rest"
+    """An Iceberg REST catalog; the default when the connection names no type."""
+
+
+SUPPORTED_TYPES = tuple(kind.value for kind in CatalogType)
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -124,7 +136,7 @@ class CatalogConfig:
         """The catalog of connection ``conn_id``, named by its ``catalog-name`` property, else ``conn_id``."""
         as_text = {key: str(value) for key, value in properties.items() if value is not None}
         name = spark_catalog_name(conn_id, as_text.pop(CATALOG_NAME_KEY, None))
-        catalog_type = as_text.setdefault("type", "rest")
+        catalog_type = as_text.setdefault("type", CatalogType.REST.value)
         if catalog_type not in SUPPORTED_TYPES:
             raise CatalogConfigError(
                 f"Catalog type {catalog_type!r} is not supported; "
@@ -134,7 +146,7 @@ class CatalogConfig:
             raise CatalogConfigError(
                 f"The {catalog_type} catalog {name!r} has no uri: set the connection's host (or extra 'uri')."
             )
-        if catalog_type == "rest" and "credential" in as_text:
+        if catalog_type == CatalogType.REST and "credential" in as_text:
             # Both clients fall back to the catalog's own token endpoint with a deprecation warning
             # (a fallback Iceberg will remove): name it, unless the connection names another one.
             as_text.setdefault("oauth2-server-uri", f"{as_text['uri'].rstrip('/')}/v1/oauth/tokens")
@@ -146,10 +158,12 @@ class CatalogConfig:
 
     @property
     def catalog_type(self) -> str:
+        """The connection's catalog type, one of :class:`CatalogType`'s values."""
         return self.properties["type"]
 
     @property
     def uses_s3(self) -> bool:
+        """True when the table files are on S3 (an S3 warehouse, or S3FileIO named)."""
         return self.properties.get("io-impl") == S3_FILE_IO or self.properties.get(
             "warehouse", ""
         ).startswith(("s3://", "s3a://"))
@@ -161,11 +175,11 @@ class CatalogConfig:
     def spark_properties(self) -> dict[str, str]:
         """``spark.sql.catalog.<name>.*`` for Iceberg's SparkCatalog, secrets included: keep off argv."""
         catalog: dict[str, str] = {}
-        if self.catalog_type == "sql":
+        if self.catalog_type == CatalogType.SQL:
             catalog["type"] = "jdbc"
             catalog.update(_sqlalchemy_to_jdbc(self.properties["uri"]))
         else:
-            catalog["type"] = "rest"
+            catalog["type"] = CatalogType.REST.value
             catalog.update(
                 {java: self.properties[key] for key, java in _REST_KEYS.items() if key in self.properties}
             )

@@ -110,6 +110,9 @@ class SparkSubmitHookCompat(_SparkSubmitHookBase):
 
     def __init__(self, *, on_spawned: Callable[[int], None] | None = None, **kwargs: Any) -> None:
         self._on_spawned = on_spawned if on_spawned is not None and spawn_notice_available() else None
+        #: The Spark connection id the provider looks up (``conn_id``, else its ``default_conn_name``),
+        #: kept here because the provider keeps its copy private (``_conn_id``; checked with 6.3.4).
+        self.requested_conn_id: str = kwargs.get("conn_id", type(self).default_conn_name)
         super().__init__(**kwargs)
 
     # Private: submit() starts the process and calls this before reading any output; nothing public
@@ -209,3 +212,26 @@ def rest_load_table(catalog: RestCatalog, table_name: str) -> RestLoadTable | No
         raise_error=raise_error,
         to_table=to_table,
     )
+
+
+# -- pyspark (Spark Connect client) --------------------------------------------------------------------
+
+PYSPARK_CLIENT = Dependency("pyspark", SpecifierSet(">=4.1,<4.2"))
+
+
+def bound_connect_retries(spark: Any, max_retries: int, max_backoff_ms: int) -> bool:
+    """Make a Spark Connect session give up on an unreachable server after ``max_retries`` retries
+    whose waits grow to ``max_backoff_ms`` at most; False when this PySpark cannot (the client keeps
+    its default, which retries for minutes).
+
+    Why private: the session keeps its client in ``_client`` (PySpark 4.1); the client's
+    ``set_retry_policies`` and ``DefaultPolicy`` are public, but the builder takes no retry settings.
+    """
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    client = _private(spark, "_client", PYSPARK_CLIENT, "a lost server is noticed only after minutes")
+    setter = getattr(client, "set_retry_policies", None) if client is not _MISSING else None
+    if setter is None:
+        return False
+    setter([DefaultPolicy(max_retries=max_retries, max_backoff=max_backoff_ms)])
+    return True

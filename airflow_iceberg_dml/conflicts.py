@@ -34,6 +34,9 @@ class FailureKind(StrEnum):
     """The commit may have landed: look for the run key in the history before trying again."""
     BAD_INPUT = "bad-input"
     """The statement's own text, or the data it met, is wrong: retrying cannot help."""
+    ENGINE_UNREACHABLE = "engine-unreachable"
+    """The Spark Connect server could not be reached, or was lost while the job ran: retryable once it
+    is back (a commit that landed first is found by the run key)."""
     OTHER = "other"
     """Anything else (the cluster, the network, the catalog): Airflow's retries may help."""
 
@@ -143,11 +146,37 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     return None
 
 
+#: gRPC status codes of a server that is not there (gone, restarting, unreachable).
+_UNREACHABLE_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+#: What a Spark Connect client raises on any call once its server has lost the session.
+_LOST_SESSION_CONDITIONS = ("NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION_NOT_FOUND")
+
+
+def grpc_status(error: BaseException) -> str:
+    """The gRPC status code name of a Spark Connect or gRPC error (``UNAVAILABLE`` ...), or ``""``."""
+    code = getattr(error, "code", None)
+    if callable(code):  # a grpc.RpcError
+        return str(getattr(code(), "name", ""))
+    get_status = getattr(error, "getGrpcStatusCode", None)  # PySpark's Connect errors keep the status
+    return str(getattr(get_status(), "name", "")) if callable(get_status) else ""
+
+
+def engine_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says the Spark Connect server cannot be reached, or lost the job's session."""
+    if grpc_status(error) in _UNREACHABLE_CODES:
+        return True
+    return error_condition(error).startswith(_LOST_SESSION_CONDITIONS) or any(
+        condition in str(error) for condition in _LOST_SESSION_CONDITIONS
+    )
+
+
 def classify(error: BaseException) -> FailureKind:
     """What ``error`` means for the change (see :class:`FailureKind`)."""
     found = commit_failure(error)
     if found is not None:
         return found[0]
+    if engine_unreachable(error):
+        return FailureKind.ENGINE_UNREACHABLE
     return FailureKind.BAD_INPUT if is_input_error(error) else FailureKind.OTHER
 
 

@@ -26,7 +26,9 @@ from airflow_iceberg_dml.health_assess import assess, expirable_snapshots
 from airflow_iceberg_dml.health_report import (
     DEFAULT_MAX_SNAPSHOT_AGE_MS,
     DEFAULT_MIN_SNAPSHOTS_TO_KEEP,
+    MAX_SNAPSHOT_AGE_PROPERTY,
     MIB,
+    MIN_SNAPSHOTS_TO_KEEP_PROPERTY,
     FileEntry,
     FileKind,
     HealthReport,
@@ -47,7 +49,9 @@ _DELETE_FILE_PATH_FIELD_ID = 2147483546
 __all__ = [
     "DEFAULT_MAX_SNAPSHOT_AGE_MS",
     "DEFAULT_MIN_SNAPSHOTS_TO_KEEP",
+    "MAX_SNAPSHOT_AGE_PROPERTY",
     "MIB",
+    "MIN_SNAPSHOTS_TO_KEEP_PROPERTY",
     "FileEntry",
     "FileKind",
     "HealthReport",
@@ -131,8 +135,8 @@ def default_retention(table: Table, now: datetime | None = None) -> Retention:
     """The table's own retention (``history.expire.*`` properties, Iceberg's defaults otherwise)."""
     now = now or datetime.now(tz=UTC)
     properties = table.properties
-    max_age = int(properties.get("history.expire.max-snapshot-age-ms", DEFAULT_MAX_SNAPSHOT_AGE_MS))
-    keep = int(properties.get("history.expire.min-snapshots-to-keep", DEFAULT_MIN_SNAPSHOTS_TO_KEEP))
+    max_age = int(properties.get(MAX_SNAPSHOT_AGE_PROPERTY, DEFAULT_MAX_SNAPSHOT_AGE_MS))
+    keep = int(properties.get(MIN_SNAPSHOTS_TO_KEEP_PROPERTY, DEFAULT_MIN_SNAPSHOTS_TO_KEEP))
     return Retention(older_than_ms=int(now.timestamp() * 1000) - max_age, retain_last=keep)
 
 

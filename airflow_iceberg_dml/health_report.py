@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 MIB = 1024 * 1024
-#: Iceberg's table-property defaults for snapshot retention.
+#: Iceberg's table properties for snapshot retention, and their defaults.
+MAX_SNAPSHOT_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
+MIN_SNAPSHOTS_TO_KEEP_PROPERTY = "history.expire.min-snapshots-to-keep"
 DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 3600 * 1000
 DEFAULT_MIN_SNAPSHOTS_TO_KEEP = 1
 
@@ -82,6 +84,7 @@ class HealthThresholds:
 
     @classmethod
     def from_value(cls, value: HealthThresholds | Mapping[str, Any] | None) -> HealthThresholds:
+        """Thresholds from an operator argument: None (the defaults), an instance, or a mapping of fields."""
         if value is None:
             return cls()
         if isinstance(value, HealthThresholds):
@@ -104,6 +107,8 @@ class Retention:
 
 @dataclass(frozen=True)
 class SnapshotInfo:
+    """One snapshot of the table metadata, as much as expiry needs of it."""
+
     snapshot_id: int
     parent_id: int | None
     timestamp_ms: int
@@ -174,6 +179,7 @@ class HealthReport:
         return not self.needs
 
     def needs_any(self, procedures: Iterable[MaintenanceProcedure]) -> bool:
+        """True when the table needs at least one of ``procedures``."""
         return any(procedure in self.needs for procedure in procedures)
 
     def reasons_for(self, procedures: Iterable[MaintenanceProcedure]) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow_iceberg_dml.exceptions import InvalidSnapshotFilterError
 from airflow_iceberg_dml.snapshot_info import SnapshotInfo, SnapshotMatch, SnapshotOperation, snapshot_match
+from airflow_iceberg_dml.snapshot_walk import WalkResult, WatchState, baseline, walk
 from airflow_iceberg_dml.spec import RunKey
 
 __all__ = [
@@ -26,8 +27,12 @@ __all__ = [
     "SnapshotInfo",
     "SnapshotMatch",
     "SnapshotOperation",
+    "WalkResult",
+    "WatchState",
+    "baseline",
     "parse_timestamp",
     "snapshot_match",
+    "walk",
 ]
 
 #: The ref a filter watches when none is given.
@@ -263,6 +268,7 @@ class SnapshotFilter:
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> SnapshotFilter:
+        """The filter :meth:`to_dict` wrote; unknown fields are refused."""
         unknown = sorted(set(payload) - set(cls.__dataclass_fields__))
         if unknown:
             raise InvalidSnapshotFilterError(f"Unknown snapshot filter field(s): {unknown}.")
@@ -305,6 +311,7 @@ class SnapshotFilter:
         return reasons
 
     def matches(self, snapshot: SnapshotInfo) -> bool:
+        """True when ``snapshot`` meets every condition (see :meth:`mismatches`)."""
         return not self.mismatches(snapshot)
 
     def describe(self) -> str:

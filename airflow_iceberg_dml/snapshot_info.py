@@ -65,6 +65,7 @@ class SnapshotInfo:
 
     @property
     def committed_at(self) -> datetime:
+        """The commit time as a timezone-aware UTC datetime."""
         return datetime.fromtimestamp(self.timestamp_ms / 1000, tz=UTC)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +84,7 @@ class SnapshotInfo:
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> SnapshotInfo:
+        """The snapshot :meth:`to_dict` wrote (ids as decimal text or integers)."""
         return cls(
             snapshot_id=int(payload["snapshot_id"]),
             parent_snapshot_id=parse_snapshot_id("parent_snapshot_id", payload.get("parent_snapshot_id")),

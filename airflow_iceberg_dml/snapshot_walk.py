@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.snapshot_filter import SnapshotFilter, SnapshotInfo
+from airflow_iceberg_dml.snapshot_info import SnapshotInfo
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+
+    # Only named in annotations: snapshot_filter re-exports this module's names.
+    from airflow_iceberg_dml.snapshot_filter import SnapshotFilter
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class WatchState:
     started: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values; :meth:`from_dict` reads them back to an equal state."""
         return {
             "head_snapshot_id": self.head_snapshot_id,
             "head_after_boundary": self.head_after_boundary,
@@ -56,6 +61,8 @@ class WatchState:
 
 @dataclass(frozen=True)
 class WalkResult:
+    """What one walk found, and the state to start the next walk from."""
+
     state: WatchState
     #: Snapshots looked at by this walk (the cost of the poll, in snapshots).
     walked: int
@@ -63,21 +70,32 @@ class WalkResult:
     new_matches: tuple[SnapshotInfo, ...]
 
 
+class _Stop(Enum):
+    """Where a walk down a ref's history stopped."""
+
+    PREVIOUS = "previous"
+    """At the head the last walk started from: everything older was seen then."""
+    BOUNDARY = "boundary"
+    """At ``newer_than_snapshot_id``: everything older is outside the filter."""
+    ROOT = "root"
+    """At the oldest snapshot kept: neither was met on the way."""
+
+
 def _collect(
     lineage: Iterable[SnapshotInfo], previous_head: int | None, boundary: int | None
-) -> tuple[list[SnapshotInfo], str, int]:
+) -> tuple[list[SnapshotInfo], _Stop, int]:
     """The snapshots newer than the previous head or the boundary, newest first; where the walk
-    stopped (``previous``, ``boundary`` or ``root``); how many snapshots it looked at."""
+    stopped; how many snapshots it looked at."""
     collected: list[SnapshotInfo] = []
     walked = 0
     for snapshot in lineage:
         walked += 1
         if previous_head is not None and snapshot.snapshot_id == previous_head:
-            return collected, "previous", walked
+            return collected, _Stop.PREVIOUS, walked
         if boundary is not None and snapshot.snapshot_id == boundary:
-            return collected, "boundary", walked
+            return collected, _Stop.BOUNDARY, walked
         collected.append(snapshot)
-    return collected, "root", walked
+    return collected, _Stop.ROOT, walked
 
 
 def walk(
@@ -100,11 +118,11 @@ def walk(
     boundary = snapshot_filter.newer_than_snapshot_id
     previous_head = state.head_snapshot_id if state.started else None
     collected, stop, walked = _collect(lineage, previous_head, boundary)
-    if stop == "previous":
+    if stop is _Stop.PREVIOUS:
         after_boundary = state.head_after_boundary
         candidates = collected if after_boundary else []
     else:
-        after_boundary = boundary is None or stop == "boundary"
+        after_boundary = boundary is None or stop is _Stop.BOUNDARY
         candidates = collected if after_boundary else []
         if previous_head is not None and candidates and previous_lineage is not None:
             # The ref moved to another line of history: drop what was on the ref before.

@@ -27,15 +27,18 @@ import sys
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 
 from airflow_iceberg_dml.demo import tpch_tables
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+from airflow_iceberg_dml.operators.base import table_asset_uri
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 
 TABLE = "demo.orders"
+#: The table's asset: the changes emit events for it; the summaries read it (so Airflow knows it).
+TABLE_ASSET = Asset(table_asset_uri("iceberg_default", TABLE))
 SCALE_FACTOR = "0.01"
 
 
@@ -116,7 +119,7 @@ with DAG(
     tags=["iceberg", "example"],
 ) as dag:
     created = create_demo_table()
-    before = summary.override(task_id="summary_before")("before")
+    before = summary.override(task_id="summary_before", inlets=[TABLE_ASSET])("before")
     erase = IcebergDeleteOperator(
         task_id="erase_customers",
         table=TABLE,
@@ -132,7 +135,7 @@ with DAG(
         expected_snapshot_id="{{ ti.xcom_pull(task_ids='erase_customers')['snapshot_id'] }}",
     )
     compact = IcebergCompactionOperator(task_id="compact", table=TABLE)
-    after = summary.override(task_id="summary_after")("after")
+    after = summary.override(task_id="summary_after", inlets=[TABLE_ASSET])("after")
     created >> before >> erase >> fulfil >> compact >> after
 
 

@@ -228,3 +228,45 @@ def test_a_failed_job_reports_its_own_error_even_when_the_session_is_gone_after_
     record = run_job(spark, job)  # type: ignore[arg-type]
     assert (record.outcome, record.error_type) == (Outcome.FAILED, "ConcurrentCommitError")
     assert (record.error_message, record.spark_app_id) == ("the server went away while committing", "app-7")
+
+
+def test_a_failed_job_lets_go_of_its_session_at_once():
+    """No reference cycle may keep a failed job's session for the garbage collector: PySpark finalizes a
+    Connect session by shutting down a thread pool all sessions share, which hangs the process when it
+    happens inside that pool's own submit (seen with a guard failure, then the next job)."""
+    import gc
+    import threading
+    import weakref
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.exceptions import GuardExceededError
+    from airflow_iceberg_dml.jobs.runner import run_job
+
+    class Session:
+        conf = SimpleNamespace(get=lambda key, default=None: "app-1")
+
+    def job_of(session: Session):
+        def job():
+            held = session  # a job's frames hold its session
+            raise GuardExceededError(f"too many rows ({type(held).__name__})")
+
+        return job
+
+    spark = Session()
+    released = weakref.ref(spark)
+    gc.disable()
+    try:
+        record = run_job(spark, job_of(spark))  # type: ignore[arg-type]
+        _join_progress_threads(threading)
+        del spark
+        assert released() is None
+    finally:
+        gc.enable()
+    assert record.error_type == "GuardExceededError"
+
+
+def _join_progress_threads(threading) -> None:
+    """Wait for the jobs' progress threads to end (each holds its session until then)."""
+    for thread in threading.enumerate():
+        if thread.name == "iceberg-dml-progress":
+            thread.join(timeout=10)

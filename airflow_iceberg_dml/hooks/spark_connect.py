@@ -21,25 +21,32 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import socket
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
+from airflow_iceberg_dml.compat import bound_connect_retries
+from airflow_iceberg_dml.conflicts import engine_unreachable
 from airflow_iceberg_dml.exceptions import (
     SparkConnectServerError,
     SparkConnectUnavailableError,
     SparkJobError,
 )
+from airflow_iceberg_dml.hooks.connect_session import (
+    DEFAULT_UNREACHABLE_TIMEOUT_S,
+    ConnectSession,
+    connect_session,
+    open_session,
+    retry_schedule,
+    version_mismatch,
+)
 from airflow_iceberg_dml.spec import Outcome
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
     from pydantic import JsonValue
     from pyspark.sql.connect.session import SparkSession
@@ -48,72 +55,21 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.exceptions import IcebergDmlError
     from airflow_iceberg_dml.spec import JobRecord, JobSpec
 
+__all__ = [
+    "CONN_TYPE",
+    "DEFAULT_PORT",
+    "DEFAULT_UNREACHABLE_TIMEOUT_S",
+    "ConnectSession",
+    "IcebergSparkConnectHook",
+    "connect_session",
+    "open_session",
+    "retry_schedule",
+    "version_mismatch",
+]
+
 CONN_TYPE = SparkConnectHook.conn_type
 #: Spark Connect's port when the connection names none.
 DEFAULT_PORT = 15002
-#: The environment variable PySpark sets, process-wide, when a Connect session is created.
-_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
-#: gRPC status codes that mean the server is not there (yet): retrying can help.
-_UNREACHABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
-
-
-@dataclass(frozen=True)
-class ConnectSession:
-    """A job's session on a Spark Connect server, as stored for a later try (no secret in it)."""
-
-    server: str
-    session_id: str
-
-    @classmethod
-    def from_json(cls, value: JsonValue) -> ConnectSession | None:
-        if not isinstance(value, dict) or not {"server", "session_id"} <= value.keys():
-            return None
-        return cls(server=str(value["server"]), session_id=str(value["session_id"]))
-
-    def to_json(self) -> dict[str, JsonValue]:
-        return dict(asdict(self))
-
-
-def version_mismatch(client: str, server: str) -> str | None:
-    """Why a PySpark client of version ``client`` should not drive a server of version ``server``.
-
-    Spark Connect keeps its protocol compatible within a minor release; across minor releases plans
-    and errors change shape, so a mismatch is refused before anything is sent.
-    """
-    if client.split(".")[:2] == server.split(".")[:2]:
-        return None
-    return (
-        f"The Spark Connect server runs Spark {server} but this worker's PySpark client is {client}. "
-        f"Install pyspark-client=={server.rsplit('.', 1)[0]}.* on the worker, or run a {client} server."
-    )
-
-
-def open_session(url: str) -> SparkSession:
-    """A new session on the Spark Connect server at ``url`` (or the one its ``session_id`` names).
-
-    Creating it switches the whole process to Spark Connect (PySpark sets an environment variable
-    that its ``functions`` read). The jobs pick their functions per session
-    (:func:`airflow_iceberg_dml.jobs.runner.functions`), so the switch is undone here: classic
-    sessions this process may still start keep working.
-    """
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-    had_mode = os.environ.get(_CONNECT_MODE_ENV)
-    try:
-        return ConnectSession.builder.remote(url).create()
-    finally:
-        if had_mode is None:
-            os.environ.pop(_CONNECT_MODE_ENV, None)
-
-
-@contextmanager
-def connect_session(url: str) -> Iterator[SparkSession]:
-    """:func:`open_session`, stopped (released on the server) when the block ends."""
-    session = open_session(url)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def _job_runner(application: str) -> Callable[[Any, Any], JobRecord]:
@@ -125,14 +81,6 @@ def _job_runner(application: str) -> Callable[[Any, Any], JobRecord]:
         f"airflow_iceberg_dml.jobs.{name}"
     ).run_spec
     return run_spec
-
-
-def _grpc_code(error: BaseException) -> str:
-    code = getattr(error, "code", None)
-    if callable(code):  # a grpc.RpcError
-        return str(getattr(code(), "name", ""))
-    get_status = getattr(error, "getGrpcStatusCode", None)  # PySpark's Connect errors keep the status
-    return str(getattr(get_status(), "name", "")) if callable(get_status) else ""
 
 
 class IcebergSparkConnectHook(BaseHook):
@@ -165,6 +113,30 @@ class IcebergSparkConnectHook(BaseHook):
         self._session: SparkSession | None = None
 
     # -- sessions ---------------------------------------------------------------------------------
+
+    def unreachable_timeout(self) -> float:
+        """Seconds the job's client retries a server it cannot reach (extra ``unreachable_timeout``)."""
+        extra = SparkConnectHook(self.spark_conn_id).get_connection(self.spark_conn_id).extra_dejson
+        value = extra.get("unreachable_timeout", DEFAULT_UNREACHABLE_TIMEOUT_S)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise SparkConnectServerError(
+                f"Connection {self.spark_conn_id!r}: unreachable_timeout={value!r} is not a number of "
+                "seconds."
+            ) from None
+        if seconds < 0:
+            raise SparkConnectServerError(
+                f"Connection {self.spark_conn_id!r}: unreachable_timeout must be >= 0."
+            )
+        return seconds
+
+    def _bound(self, spark: SparkSession, budget_s: float) -> None:
+        retries, longest = retry_schedule(budget_s)
+        if not bound_connect_retries(spark, retries, longest):
+            self.log.warning(
+                "This PySpark cannot bound its Spark Connect retries: a lost server takes minutes."
+            )
 
     def _url(self, session_id: str | None = None) -> tuple[str, str]:
         """(connection URL, token included: never log it; the server as ``host:port`` for the log)."""
@@ -199,7 +171,7 @@ class IcebergSparkConnectHook(BaseHook):
         try:
             server_version = spark.version
         except Exception as error:
-            if _grpc_code(error) in _UNREACHABLE:
+            if engine_unreachable(error):
                 raise SparkConnectUnavailableError(
                     f"The Spark Connect server {server} (connection {self.spark_conn_id!r}) cannot be "
                     f"reached: {str(error).splitlines()[0][:300]}. Is it running? The local engine starts "
@@ -258,8 +230,10 @@ class IcebergSparkConnectHook(BaseHook):
         # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
         url, server = self._url()
+        budget = self.unreachable_timeout()
         self._check_reachable(server)
         spark = open_session(url)
+        self._bound(spark, budget)
         self._session = spark
         try:
             session = ConnectSession(server=server, session_id=spark.session_id)
@@ -277,11 +251,24 @@ class IcebergSparkConnectHook(BaseHook):
             self._session = None
             self._release(spark)
         if record.outcome is Outcome.FAILED:
-            raise record.error()
+            failure = record.error()
+            if isinstance(failure, SparkConnectUnavailableError):
+                raise self._lost(server, budget) from failure
+            raise failure
         return record
+
+    def _lost(self, server: str, budget: float) -> SparkConnectUnavailableError:
+        return SparkConnectUnavailableError(
+            f"The Spark Connect engine at {server} (connection {self.spark_conn_id!r}) was lost while the "
+            f"job ran, and did not answer for {budget:g}s (the connection's unreachable_timeout). A retry "
+            "applies the change once: a commit that landed first is found by its run key. Check the engine "
+            "with `make engine-status` (python -m airflow_iceberg_dml.engine status), or the server's own "
+            "status on a cluster."
+        )
 
     def _release(self, spark: SparkSession) -> None:
         """End the session on the server: anything it still runs is interrupted there."""
+        self._bound(spark, 0)  # a server that is gone is not waited for again
         try:
             spark.stop()
         except Exception as error:  # noqa: BLE001 - the server drops idle sessions by itself
@@ -295,7 +282,7 @@ class IcebergSparkConnectHook(BaseHook):
     def failure(self, error: Exception) -> IcebergDmlError:
         """The server could not be reached or was lost (retryable, with what to check), or failed."""
         first_line = (str(error).splitlines() or [""])[0][:300]
-        if _grpc_code(error) in _UNREACHABLE:
+        if engine_unreachable(error):
             return SparkConnectUnavailableError(
                 f"The Spark Connect server of connection {self.spark_conn_id!r} was lost: {first_line}. "
                 "Check it with `make engine-status` (python -m airflow_iceberg_dml.engine status)."

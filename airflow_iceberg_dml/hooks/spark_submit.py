@@ -94,7 +94,7 @@ class _RoutedSparkSubmitHook(SparkSubmitHookCompat, SparkSubmitHook):
         return cast("Logger", self._output_log)
 
     def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]  # needs the instance
-        if conn_id == self._conn_id and self._default_master:
+        if conn_id == self.requested_conn_id and self._default_master:
             # The caller found no connection: a stand-in on the local master lets the provider apply its
             # own defaults without logging that it falls back to yarn.
             self.log.info("No Spark connection %r: running on %s", conn_id, self._default_master)

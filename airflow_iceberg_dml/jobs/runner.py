@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_iceberg_dml.conflicts import (
+    FailureKind,
+    classify,
     error_condition,
     error_message,
     error_parameters,
@@ -29,7 +31,7 @@ from airflow_iceberg_dml.conflicts import (
     java_causes,
     sql_state,
 )
-from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkJobError
+from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkConnectUnavailableError, SparkJobError
 from airflow_iceberg_dml.spec import LOG_PREFIX, JobRecord, JobSpec, Outcome
 
 if TYPE_CHECKING:
@@ -197,21 +199,45 @@ def run_job(
     try:
         return job()
     except Exception as error:  # noqa: BLE001 - every failure is reported in the record
-        known = error if isinstance(error, IcebergDmlError) else known_failure and known_failure(error)
-        if not known:
-            traceback.print_exc()
-            first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
-            known = SparkJobError(f"{type(error).__name__}: {first_line}")
-        log(f"FAILED ({type(known).__name__}): {known}")
-        return JobRecord(
-            outcome=Outcome.FAILED,
-            spark_app_id=app_id,
-            error_type=type(known).__name__,
-            error_message=str(known),
-            retryable=known.retryable,
-        )
+        return _failed_record(error, known_failure, app_id)
     finally:
         progress.stop()
+
+
+def _failed_record(
+    error: Exception,
+    known_failure: Callable[[Exception], IcebergDmlError | None] | None,
+    app_id: str | None,
+) -> JobRecord:
+    """The FAILED record of ``error``, and the failed job's frames let go of.
+
+    Nothing may keep the exception once the record is made: its traceback holds the job's frames and
+    so its Spark Connect session, which the garbage collector would then finalize at any later moment.
+    PySpark finalizes a session by shutting down the thread pool all sessions share, and when that
+    happens inside that pool's own ``submit`` in the same thread, the process hangs (PySpark 4.1.3).
+    """
+    known = error if isinstance(error, IcebergDmlError) else known_failure and known_failure(error)
+    if not known:
+        known = _unclassified(error)
+    log(f"FAILED ({type(known).__name__}): {known}")
+    record = JobRecord(
+        outcome=Outcome.FAILED,
+        spark_app_id=app_id,
+        error_type=type(known).__name__,
+        error_message=str(known),
+        retryable=known.retryable,
+    )
+    traceback.clear_frames(error.__traceback__)
+    return record
+
+
+def _unclassified(error: Exception) -> IcebergDmlError:
+    """The package error for a failure the job did not name: a lost engine, or any other (retryable)."""
+    first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
+    if classify(error) is FailureKind.ENGINE_UNREACHABLE:
+        return SparkConnectUnavailableError(f"the engine was lost while the job ran ({first_line[:300]})")
+    traceback.print_exc()
+    return SparkJobError(f"{type(error).__name__}: {first_line}")
 
 
 def run_main(

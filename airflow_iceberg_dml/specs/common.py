@@ -3,7 +3,6 @@ and the one way they are written as JSON (:mod:`airflow_iceberg_dml.wire`). Stan
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
@@ -97,6 +96,8 @@ class SummaryKey:
     TOTAL_POSITION_DELETES = "total-position-deletes"
     TOTAL_DELETE_FILES = "total-delete-files"
     TOTAL_DATA_FILES = "total-data-files"
+    TOTAL_EQUALITY_DELETES = "total-equality-deletes"
+    TOTAL_FILES_SIZE = "total-files-size"
     CHANGED_PARTITION_COUNT = "changed-partition-count"
 
 
@@ -181,15 +182,17 @@ class JsonSpec:
     """
 
     def to_json(self) -> str:
+        """This instance as JSON text (enums as their values, keys sorted)."""
         return wire.to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        payload = json.loads(text)
+        """The instance that :meth:`to_json` wrote; ``ValueError`` saying what is wrong otherwise."""
+        payload = wire.parse_object(text, cls.__name__)
         if "version" in {field.name for field in fields(cls)}:  # type: ignore[arg-type]
-            version = payload.get("version") if isinstance(payload, dict) else None
+            version = payload.get("version")
             if version != SPEC_VERSION:
-                raise ValueError(
+                raise wire.WireError(
                     f"Job spec version {version!r} is not supported by this job (expects {SPEC_VERSION}); "
                     "the Airflow side and the Spark side run different package versions."
                 )

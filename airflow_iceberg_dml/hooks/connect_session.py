@@ -1,0 +1,98 @@
+"""A Spark Connect session of a job: opening it, what a later try keeps of it, and how long its client
+keeps retrying a server it cannot reach."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pydantic import JsonValue
+    from pyspark.sql.connect.session import SparkSession
+
+#: The environment variable PySpark sets, process-wide, when a Connect session is created.
+_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+#: How long a job's client keeps retrying a server it cannot reach before the task fails (seconds);
+#: the connection's ``unreachable_timeout`` extra overrides it. PySpark's own default is minutes.
+DEFAULT_UNREACHABLE_TIMEOUT_S = 30.0
+#: PySpark's default retry policy: the first wait and how it grows (its ``DefaultPolicy``).
+_FIRST_WAIT_MS, _WAIT_GROWTH, _WAIT_JITTER_MS = 50, 4, 500
+
+
+@dataclass(frozen=True)
+class ConnectSession:
+    """A job's session on a Spark Connect server, as stored for a later try (no secret in it)."""
+
+    server: str
+    session_id: str
+
+    @classmethod
+    def from_json(cls, value: JsonValue) -> ConnectSession | None:
+        if not isinstance(value, dict) or not {"server", "session_id"} <= value.keys():
+            return None
+        return cls(server=str(value["server"]), session_id=str(value["session_id"]))
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return dict(asdict(self))
+
+
+def version_mismatch(client: str, server: str) -> str | None:
+    """Why a PySpark client of version ``client`` should not drive a server of version ``server``.
+
+    Spark Connect keeps its protocol compatible within a minor release; across minor releases plans
+    and errors change shape, so a mismatch is refused before anything is sent.
+    """
+    if client.split(".")[:2] == server.split(".")[:2]:
+        return None
+    return (
+        f"The Spark Connect server runs Spark {server} but this worker's PySpark client is {client}. "
+        f"Install pyspark-client=={server.rsplit('.', 1)[0]}.* on the worker, or run a {client} server."
+    )
+
+
+def open_session(url: str) -> SparkSession:
+    """A new session on the Spark Connect server at ``url`` (or the one its ``session_id`` names).
+
+    Creating it switches the whole process to Spark Connect (PySpark sets an environment variable
+    that its ``functions`` read). The jobs pick their functions per session
+    (:func:`airflow_iceberg_dml.jobs.runner.functions`), so the switch is undone here: classic
+    sessions this process may still start keep working.
+    """
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    had_mode = os.environ.get(_CONNECT_MODE_ENV)
+    try:
+        return ConnectSession.builder.remote(url).create()
+    finally:
+        if had_mode is None:
+            os.environ.pop(_CONNECT_MODE_ENV, None)
+
+
+@contextmanager
+def connect_session(url: str) -> Iterator[SparkSession]:
+    """:func:`open_session`, stopped (released on the server) when the block ends."""
+    session = open_session(url)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def retry_schedule(budget_s: float) -> tuple[int, int]:
+    """(retries, longest wait in ms) of a client that gives up on an unreachable server within
+    ``budget_s``: PySpark's growing waits, jitter included, capped so that their sum stays within it."""
+    budget_ms = max(0.0, budget_s * 1000)
+    longest = int(min(10_000, max(_FIRST_WAIT_MS, budget_ms / 4)))
+    retries, spent, wait = 0, 0.0, float(_FIRST_WAIT_MS)
+    while True:
+        wait_ms = min(wait, longest)
+        jitter = _WAIT_JITTER_MS if wait_ms >= 2000 else 0
+        if spent + wait_ms + jitter > budget_ms:
+            return retries, longest
+        spent += wait_ms + jitter
+        retries += 1
+        wait *= _WAIT_GROWTH

@@ -1,0 +1,165 @@
+"""A warm engine that dies mid-task: the try fails fast and says so, and the retry applies the change once.
+
+The session's shared Connect server must not die: these tests start a server of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from airflow_iceberg_dml import engine
+from airflow_iceberg_dml.conflicts import FailureKind, classify
+from airflow_iceberg_dml.exceptions import SparkConnectUnavailableError
+from airflow_iceberg_dml.hooks.connect_session import DEFAULT_UNREACHABLE_TIMEOUT_S, retry_schedule
+from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+from airflow_iceberg_dml.jobs.runner import run_job
+from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
+from tests.conftest import create_orders_table, free_port, load, new_table_name, task_context
+
+CONN_ID = "spark_connect_lost"
+#: Short, so that the test is: the default (30 s) is checked on the schedule below.
+BUDGET_S = 5
+
+
+def _waits(retries: int, longest: int) -> float:
+    """The most PySpark's client waits over ``retries`` retries (its DefaultPolicy, jitter included)."""
+    total, wait = 0.0, 50.0
+    for _ in range(retries):
+        step = min(wait, longest)
+        total += step + (500 if step >= 2000 else 0)
+        wait *= 4
+    return total / 1000
+
+
+@pytest.mark.parametrize("budget", [0, 1, 5, DEFAULT_UNREACHABLE_TIMEOUT_S, 120])
+def test_the_retry_schedule_gives_up_within_its_budget(budget):
+    retries, longest = retry_schedule(budget)
+    assert _waits(retries, longest) <= budget
+    assert _waits(retries + 1, longest) > budget  # one more retry would overrun it
+    assert longest <= 10_000
+
+
+def test_the_default_budget_is_half_a_minute():
+    assert DEFAULT_UNREACHABLE_TIMEOUT_S == 30
+    assert retry_schedule(30) == (7, 7500)  # waits 0.05, 0.2, 0.8, 3.2, then 7.5 s three times, + jitter
+
+
+class _UnavailableError(Exception):
+    """What PySpark's Connect client raises once its retries are spent on a server that is gone."""
+
+    def getGrpcStatusCode(self):  # noqa: N802 - PySpark's API
+        import grpc
+
+        return grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_lost_server_is_classified_and_reported_as_such():
+    from types import SimpleNamespace
+
+    assert classify(_UnavailableError("failed to connect")) is FailureKind.ENGINE_UNREACHABLE
+    assert classify(RuntimeError("[NO_ACTIVE_SESSION] No active Spark session found")) is (
+        FailureKind.ENGINE_UNREACHABLE
+    )
+    spark = SimpleNamespace(conf=SimpleNamespace(get=lambda key, default=None: "app-1"))
+
+    def job():
+        raise _UnavailableError("failed to connect to all addresses")
+
+    record = run_job(spark, job)  # type: ignore[arg-type]
+    assert (record.outcome, record.error_type, record.retryable) == (
+        Outcome.FAILED,
+        "SparkConnectUnavailableError",
+        True,
+    )
+    assert (
+        record.error_message == "the engine was lost while the job ran (failed to connect to all addresses)"
+    )
+
+
+@pytest.fixture
+def own_server(catalog_hook, tmp_path, monkeypatch):
+    """A Connect server of this test's own, with the tests' catalog; ``restart()`` brings it back."""
+    home, port = tmp_path / "engine", free_port()
+
+    def start() -> Any:
+        return engine.start(
+            home=home,
+            port=port,
+            catalog=catalog_hook.catalog_config,
+            conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
+            warm=False,
+        )
+
+    state = start()
+    uri = f"{state.connection_uri}?unreachable_timeout={BUDGET_S}"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", uri)
+    server = type("Server", (), {"state": state, "restart": staticmethod(start)})
+    yield server
+    engine.stop(home)
+
+
+@pytest.mark.spark_submit
+def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_once(
+    spark, catalog_hook, own_server
+):
+    name = create_orders_table(spark, new_table_name("lost_engine"), rows=200_000)
+    before = load(catalog_hook, name).scan().to_arrow()
+    operator = IcebergUpdateOperator(
+        task_id="fix",
+        table=name,
+        where="order_id % 10 = 3",
+        # Slow on purpose (a long string hashed per row), so that the server dies while it writes.
+        set={"amount": "amount + 1 + 0 * length(cast(xxhash64(repeat(comment, 20000)) AS STRING))"},
+        spark_conn_id=CONN_ID,
+    )
+    key = RunKey("lost", "fix", "manual__1", -1)
+    spec = operator.build_spec(task_context(key), load(catalog_hook, name))
+    killed: dict[str, float] = {}
+
+    def kill_once_started(_: Any) -> None:
+        def kill() -> None:
+            time.sleep(4)  # into the job: validation done, planning or writing
+            killed["at"] = time.monotonic()
+            os.kill(own_server.state.pid, signal.SIGKILL)
+
+        threading.Thread(target=kill, daemon=True).start()
+
+    with pytest.raises(SparkConnectUnavailableError) as raised:
+        IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "lost", kill_once_started)
+    lost_after = time.monotonic() - killed["at"]
+    message = str(raised.value)
+    assert f"127.0.0.1:{own_server.state.port}" in message
+    assert "make engine-status" in message
+    assert raised.value.retryable is True
+    assert isinstance(raised.value.__cause__, SparkConnectUnavailableError)
+    assert "NO_ACTIVE_SESSION" not in message + str(raised.value.__cause__)
+    assert lost_after < BUDGET_S + 20, lost_after
+    unchanged = load(catalog_hook, name).scan().to_arrow().sort_by("order_id")
+    assert unchanged.to_pylist() == before.sort_by("order_id").to_pylist()
+
+    # The engine restarts (as its supervisor or the user would); the retry of the task applies the change.
+    own_server.restart()
+    first = IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "lost")
+    again = IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "lost")
+    assert (first.outcome, again.outcome) == (Outcome.COMMITTED, Outcome.REPLAYED)
+    table = load(catalog_hook, name)
+    ours = [
+        snapshot
+        for snapshot in table.snapshots()
+        if (snapshot.summary.additional_properties if snapshot.summary else {}).get(SummaryKey.RUN_ID)
+        == key.run_id
+    ]
+    assert [snapshot.snapshot_id for snapshot in ours] == [first.snapshot_id]
+    # Against an independent computation: the rows read before the change, changed in Python.
+    expected = before.sort_by("order_id").to_pylist()
+    for row in expected:
+        if row["order_id"] % 10 == 3:
+            row["amount"] += 1
+    assert table.scan().to_arrow().sort_by("order_id").to_pylist() == expected
