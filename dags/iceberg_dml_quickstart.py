@@ -29,7 +29,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, task
 
-from airflow_iceberg_dml.demo import tpch_tables
+from airflow_iceberg_dml.demo import create_orders_table
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.operators.base import table_asset_uri
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
@@ -45,45 +45,9 @@ SCALE_FACTOR = "0.01"
 @task
 def create_demo_table(catalog_conn_id: str = "iceberg_default") -> int:
     """Generate TPC-H orders and (re)create the partitioned, merge-on-read demo table."""
-    import pyarrow as pa
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.schema import Schema
-    from pyiceberg.transforms import IdentityTransform, YearTransform
-    from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, NestedField, StringType
-
-    generated = tpch_tables(SCALE_FACTOR, "orders")["orders"]
-
-    schema = Schema(
-        NestedField(1, "o_orderkey", LongType(), required=True),
-        NestedField(2, "o_custkey", LongType(), required=True),
-        NestedField(3, "o_orderstatus", StringType(), required=True),
-        NestedField(4, "o_totalprice", DecimalType(15, 2), required=True),
-        NestedField(5, "o_orderdate", DateType(), required=True),
-        NestedField(6, "o_orderpriority", StringType(), required=True),
-        NestedField(7, "o_clerk", StringType(), required=True),
-        NestedField(8, "o_shippriority", IntegerType(), required=True),
-        NestedField(9, "o_comment", StringType(), required=True),
-    )
-    spec = PartitionSpec(
-        PartitionField(source_id=3, field_id=1000, transform=IdentityTransform(), name="o_orderstatus"),
-        PartitionField(source_id=5, field_id=1001, transform=YearTransform(), name="o_orderdate_year"),
-    )
     catalog = IcebergCatalogHook(catalog_conn_id).catalog
-    catalog.create_namespace_if_not_exists("demo")
-    if catalog.table_exists(TABLE):
-        catalog.purge_table(TABLE)
-    table = catalog.create_table(
-        TABLE,
-        schema=schema,
-        partition_spec=spec,
-        properties={
-            "format-version": "2",
-            "write.delete.mode": "merge-on-read",
-            "write.update.mode": "merge-on-read",
-        },
-    )
-    table.append(generated.cast(schema.as_arrow()).cast(pa.schema(schema.as_arrow())))
-    return len(generated)
+    snapshot = create_orders_table(catalog, TABLE, SCALE_FACTOR).current_snapshot()
+    return int(snapshot.summary["total-records"]) if snapshot and snapshot.summary else 0
 
 
 @task

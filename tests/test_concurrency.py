@@ -4,10 +4,7 @@ concurrent commits (PostgreSQL, started here on loopback): nothing lost, nothing
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -19,6 +16,7 @@ import pytest
 from airflow_iceberg_dml.exceptions import ConcurrentCommitError
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey
+from tests.postgres import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,53 +26,10 @@ ROWS = 2000
 CONN_ID = "iceberg_pg"
 
 
-def _postgres_bin(name: str) -> str:
-    found = shutil.which(name) or next(iter(sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))), None)
-    if not found:
-        pytest.fail(f"PostgreSQL server binaries ({name}) not found: install Debian's 'postgresql' package.")
-    return str(found)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def postgres_uri() -> Iterator[str]:
-    """A PostgreSQL server on 127.0.0.1, run as the 'postgres' user when the tests run as root."""
-    folder = Path(tempfile.mkdtemp(prefix="iceberg-dml-pg-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(folder, "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-        # The server's user must pass through the session's private temp folders (search, not list).
-        for parent in folder.parents:
-            if parent.stat().st_uid == 0 and not parent.stat().st_mode & 0o001:
-                parent.chmod(parent.stat().st_mode | 0o011)
-    (folder / "pw").write_text("iceberg-pw\n")
-    if as_user:
-        shutil.chown(folder / "pw", "postgres")
-    data, port = folder / "data", _free_port()
-    subprocess.run(
-        [*as_user, _postgres_bin("initdb"), "-D", str(data), "-U", "iceberg", "--pwfile", str(folder / "pw"),
-         "--auth=scram-sha-256"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    subprocess.run(
-        [*as_user, _postgres_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(folder / "log"), "-w",
-         "start"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    try:
-        yield f"postgresql+psycopg2://iceberg:iceberg-pw@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(
-            [*as_user, _postgres_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], check=False
-        )
-        shutil.rmtree(folder, ignore_errors=True)
+    with postgres_server() as uri:
+        yield uri
 
 
 @pytest.fixture(scope="module")

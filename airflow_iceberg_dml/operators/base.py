@@ -5,6 +5,7 @@
     execute
       bad input fails the task (operators/failures.py), anything retryable is raised as it is
       re-attach      the job an earlier try left (each engine's own key in the task state store)
+      turn           one writer per table on this host (table_lock.py), held until the job ended
       load           the table (IcebergCatalogHook)
       plan(run, table)          -> the operator: a JobPlan (its spec from build_spec), or a result
                                    with no job at all
@@ -29,6 +30,7 @@ spawns. Over Spark Connect a retry needs the earlier session's id, to interrupt 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
@@ -43,9 +45,10 @@ from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.spec import RunKey
 from airflow_iceberg_dml.sql import split_table_name
+from airflow_iceberg_dml.table_lock import lock_path, table_turn
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from airflow.sdk import Asset, Context
     from pydantic import JsonValue
@@ -129,6 +132,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         re-attaches: it waits for that job instead of starting another, removes its private folder,
         then goes on from the table as that job left it. Over Spark Connect, a retry on any machine
         interrupts what the earlier try's session still runs, then goes on the same way.
+    :param one_writer_per_table: When True (default), the jobs of this package that change one table
+        take turns on the worker host (a lock file per table, see
+        :mod:`airflow_iceberg_dml.table_lock`): concurrent changes of a table whose files mix their
+        rows would otherwise conflict at commit and re-run whole. The wait is in the task log. Across
+        worker hosts, give the tasks of a table an Airflow pool of one slot (docs/reliability.md).
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -147,6 +155,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         spark_conn_id: str = "spark_default",
         spark_conf: Mapping[str, Any] | None = None,
         durable: bool = True,
+        one_writer_per_table: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -157,6 +166,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         self.spark_conn_id = spark_conn_id
         self.spark_conf = spark_conf
         self.durable = durable
+        self.one_writer_per_table = one_writer_per_table
         self._engine: SparkEngine | None = None
         self._outlet: AssetAlias | None = None
         if self.asset_alias_prefix is not None:
@@ -203,14 +213,30 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         with bad_input_fails_the_task():
             store = self._task_state_store(context)
             self._reattach(store)  # what follows sees the table as that earlier job left it
-            planned = self.plan(run, run.catalog_hook.load_table(self.table))
-            if isinstance(planned, JobPlan):
-                record = self._submit(planned.spec, run, store)
-                result = self.collect(run, planned, record)
-            else:
-                result = planned
+            with self._turn(run):
+                planned = self.plan(run, run.catalog_hook.load_table(self.table))
+                record = self._submit(planned.spec, run, store) if isinstance(planned, JobPlan) else None
+            result = self.collect(run, planned, record) if isinstance(planned, JobPlan) else planned
             self.report(run, result)
             return result
+
+    @contextmanager
+    def _turn(self, run: JobRun) -> Iterator[None]:
+        """This task's turn on the table among the writers on this host (``one_writer_per_table``)."""
+        if not self.one_writer_per_table:
+            yield
+            return
+        path = lock_path(run.catalog_hook.catalog_config.properties["uri"], self.table)
+        key = run_key(run.context)
+        holder = f"{key.dag_id}.{key.task_id} {key.run_id}" + (
+            f"[{key.map_index}]" if key.map_index >= 0 else ""
+        )
+        with table_turn(path, holder, self.log) as waited:
+            if waited >= 1:
+                self.log.info(
+                    "Waited %.1f s for the turn on %s (another task was changing it).", waited, self.table
+                )
+            yield
 
     def report(self, run: JobRun, result: ResultT) -> None:
         """Emit the result's asset events and log it; lineage (when the operator reports it) reads it."""
