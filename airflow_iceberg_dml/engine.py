@@ -20,16 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_iceberg_dml import runtime, sql
+from airflow_iceberg_dml import engine_supervisor, runtime, sql
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
 from airflow_iceberg_dml.hooks.spark_connect import connect_session
 from airflow_iceberg_dml.hooks.spark_submit import (
@@ -60,6 +62,10 @@ class EngineState:
     catalog: str
     started_at: float
     log_path: str
+    #: Whether ``pid`` is the supervisor's (which restarts the server), not the server's own.
+    supervised: bool = False
+    #: The server's web UI, on loopback, where ``status`` counts its live sessions.
+    ui_port: int | None = None
 
     @property
     def url(self) -> str:
@@ -111,15 +117,25 @@ def port_open(host: str, port: int) -> bool:
 
 
 def server_properties(
-    catalog: CatalogConfig, host: str, port: int, conf: Mapping[str, str] | None = None
+    catalog: CatalogConfig,
+    host: str,
+    port: int,
+    conf: Mapping[str, str] | None = None,
+    ui_port: int | None = None,
 ) -> dict[str, str]:
     """The server's whole configuration: Iceberg, the catalog, the jars, where it listens, then ``conf``."""
     properties = spark_properties(catalog, conf)
+    ui = (
+        {"spark.ui.enabled": "false"}
+        if ui_port is None
+        else {"spark.ui.enabled": "true", "spark.ui.port": str(ui_port)}
+    )
     properties.update(
         {
             "spark.connect.grpc.binding.address": host,
             "spark.connect.grpc.binding.port": str(port),
-            "spark.ui.enabled": properties.get("spark.ui.enabled", "false"),
+            "spark.ui.enabled": properties.get("spark.ui.enabled", ui["spark.ui.enabled"]),
+            "spark.ui.port": properties.get("spark.ui.port", ui.get("spark.ui.port", "4040")),
             "spark.master": properties.get("spark.master", "local[*]"),
             "spark.app.name": properties.get("spark.app.name", "iceberg-dml-engine"),
         }
@@ -138,13 +154,16 @@ def server_command(properties_path: Path, jars: runtime.SparkJars) -> list[str]:
     return [*command, "spark-internal"]
 
 
-def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start the server process, detached from this command, its output appended to ``log_path``."""
+def _spawn(command: list[str], log_path: Path, host: str) -> subprocess.Popen[bytes]:
+    """Start the server process (or its supervisor), detached from this command, its output appended
+    to ``log_path``."""
     import pyspark
 
     environment = job_environment(os.environ)
     environment.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
     environment["PYSPARK_PYTHON"] = sys.executable
+    if host in ("127.0.0.1", "localhost"):
+        environment["SPARK_LOCAL_IP"] = "127.0.0.1"  # the web UI on loopback too, like the server
     with log_path.open("ab") as log_file:
         return subprocess.Popen(
             command,
@@ -180,12 +199,14 @@ def start(
     conf: Mapping[str, str] | None = None,
     warm: bool = True,
     timeout_s: float = 300.0,
+    supervise: bool = True,
 ) -> EngineState:
     """Start the engine (or return the one already running from ``home``), ready for jobs.
 
     ``catalog`` defaults to the embedded one under ``home``; ``warm`` runs a catalog query and a small
     DELETE and UPDATE on a scratch table first, so that the first task does not pay for loading
-    Iceberg's classes.
+    Iceberg's classes. ``supervise`` runs the server under :mod:`.engine_supervisor`, which starts it
+    again when it dies.
     """
     folder = engine_dir(home)
     running = read_state(folder)
@@ -198,21 +219,53 @@ def start(
     catalog = catalog or CatalogConfig.from_properties(DEFAULT_CATALOG_CONN_ID, embedded_properties(base))
     artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
     jars = runtime.spark_jars(artifacts)
-    properties = server_properties(catalog, host, port, conf)
+    ui_port = _free_port(host)
+    properties = server_properties(catalog, host, port, conf, ui_port)
     properties.update(jars.spark_conf(properties))
     properties_path = folder / "server.properties"
     write_private(properties_path, properties_file_text(properties))
     log_path = folder / "server.log"
-    process = _spawn(server_command(properties_path, jars), log_path)
-    state = EngineState(process.pid, host, port, catalog.name, time.time(), str(log_path))
+    command = server_command(properties_path, jars)
+    if supervise:
+        (folder / engine_supervisor.COMMAND_FILE).write_text(
+            json.dumps({"command": command, "log_path": str(log_path)})
+        )
+        command = [sys.executable, "-m", "airflow_iceberg_dml.engine_supervisor", str(folder)]
+    process = _spawn(command, folder / ("supervisor.out" if supervise else "server.log"), host)
+    state = EngineState(process.pid, host, port, catalog.name, time.time(), str(log_path), supervise, ui_port)
     _wait_until_listening(process, host, port, timeout_s, log_path)
     (folder / _STATE_FILE).write_text(json.dumps(asdict(state)))
     if warm:
-        _warm(state, folder)
+        warm_up(state, folder)
     return state
 
 
-def _warm(state: EngineState, folder: Path) -> None:
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def server_pid(state: EngineState, folder: Path) -> int:
+    """The pid of the Spark Connect server itself (the supervisor's child when supervised)."""
+    running = engine_supervisor.read_server(folder) if state.supervised else None
+    return running.pid if running else state.pid
+
+
+def live_sessions(state: EngineState) -> tuple[int, int] | None:
+    """(sessions online, requests running) as the server's web UI counts them; None when unknown."""
+    if state.ui_port is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{state.host}:{state.ui_port}/connect/", timeout=5) as page:
+            text = page.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = re.search(r"(\d+)\s*session\(s\) are online,\s*running\s*(\d+)", text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def warm_up(state: EngineState, folder: Path) -> None:
     """Open the catalog and run one small DELETE and UPDATE on a scratch table of the engine's own.
 
     The first row-level change a server runs pays for loading Iceberg's read, write and delete code
@@ -239,32 +292,46 @@ def stop(home: Path | None = None, timeout_s: float = 30.0) -> EngineState | Non
     state = read_state(folder)
     if state is None:
         return None
-    if is_alive(state.pid):
-        os.kill(state.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while is_alive(state.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if is_alive(state.pid):
-            os.kill(state.pid, signal.SIGKILL)
+    server = server_pid(state, folder)
+    for pid in dict.fromkeys((state.pid, server)):  # the supervisor first: it must not start another
+        if is_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while is_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if is_alive(pid):
+                os.kill(pid, signal.SIGKILL)
     (folder / _STATE_FILE).unlink(missing_ok=True)
     return state
 
 
-def describe(state: EngineState | None) -> tuple[bool, str]:
-    """(running, a few lines on the engine) for ``status``."""
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m{whole % 60:02d}s"
+
+
+def describe(state: EngineState | None, folder: Path | None = None) -> tuple[bool, str]:
+    """(running, a few lines on the engine) for ``status``: uptime, restarts, memory, live sessions."""
     if state is None:
         return False, "Spark Connect engine: not running (start it with: make engine)"
     if not is_alive(state.pid):
         return False, f"Spark Connect engine: not running (pid {state.pid} has exited; log: {state.log_path})"
-    memory = resident_memory_bytes(state.pid)
-    uptime = int(time.time() - state.started_at)
+    server = engine_supervisor.read_server(folder or engine_dir()) if state.supervised else None
+    pid = server.pid if server else state.pid
+    memory = resident_memory_bytes(pid)
+    sessions = live_sessions(state)
     lines = [
         f"Spark Connect engine: running at {state.url}"
         + ("" if port_open(state.host, state.port) else " (not accepting connections yet)"),
-        f"  pid {state.pid}, up {uptime // 3600}h{uptime % 3600 // 60:02d}m{uptime % 60:02d}s, "
-        f"resident memory {memory / 2**20:.0f} MiB"
-        if memory
-        else f"  pid {state.pid}",
+        f"  server pid {pid}, up {_duration(time.time() - (server or state).started_at)}"
+        + (f", resident memory {memory / 2**20:.0f} MiB" if memory else ""),
+        f"  live sessions {sessions[0]}, requests running {sessions[1]}"
+        if sessions
+        else "  live sessions: unknown (the server's web UI is off)",
+        f"  supervised by pid {state.pid} since {_duration(time.time() - state.started_at)} ago; "
+        f"restarts: {server.restarts if server else 0}"
+        if state.supervised
+        else "  not supervised: nothing restarts it if it dies",
         f"  catalog {state.catalog!r}; log {state.log_path}",
         f"  use it: export AIRFLOW_CONN_SPARK_DEFAULT='{state.connection_uri}'",
     ]
@@ -280,13 +347,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--no-warm", action="store_true", help="do not run the warm-up query after start")
     parser.add_argument(
+        "--no-supervise", action="store_true", help="run the server alone: nothing restarts it if it dies"
+    )
+    parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting for the server"
     )
     args = parser.parse_args(argv)
     if args.command == "start":
         conf = dict(item.split("=", 1) for item in args.conf)
         started = time.monotonic()
-        state = start(host=args.host, port=args.port, conf=conf, warm=not args.no_warm)
+        state = start(
+            host=args.host, port=args.port, conf=conf, warm=not args.no_warm, supervise=not args.no_supervise
+        )
         print(f"Ready in {time.monotonic() - started:.1f}s.")
         print(describe(state)[1])
         return 0

@@ -95,6 +95,7 @@ def own_server(catalog_hook, tmp_path, monkeypatch):
             catalog=catalog_hook.catalog_config,
             conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
             warm=False,
+            supervise=False,  # down until this test restarts it: the try must fail fast meanwhile
         )
 
     state = start()

@@ -1,0 +1,163 @@
+"""The local engine under its supervisor: the server killed ten times at random points of random changes.
+
+Each round runs a random DELETE or UPDATE through the Spark Connect hook (the path every task takes)
+and SIGKILLs the server's JVM a random 0.1 to 3 s after the job's session opened: while it plans,
+writes or commits, or after it ended (the server then dies between tasks). The task's retry is played
+by submitting the same spec (same run key) until it succeeds, as Airflow's retries would. The
+supervisor starts the server again each time. Every change is applied exactly once, the table equals
+the changes applied in Python to the rows read before, every job after a restart found the new server
+with nothing reset, and the server's own UI counts no session left open.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_iceberg_dml import engine
+from airflow_iceberg_dml.engine_supervisor import read_server
+from airflow_iceberg_dml.exceptions import IcebergDmlError
+from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey, SummaryKey
+from tests.conftest import NAMESPACE, free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+CONN_ID = "spark_connect_supervised"
+KILLS = 10
+ROWS = 60_000
+RETRY_DEADLINE_S = 300
+
+
+@pytest.fixture
+def supervised(catalog_hook: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A supervised engine of this test's own (the session's shared one must not die)."""
+    home = tmp_path / "engine"
+    state = engine.start(
+        home=home,
+        port=free_port(),
+        catalog=catalog_hook.catalog_config,
+        conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
+        warm=False,
+    )
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", f"{state.connection_uri}?unreachable_timeout=10")
+    yield state, engine.engine_dir(home)
+    engine.stop(home)
+    assert not engine.is_alive(state.pid)
+
+
+def _table(catalog_hook: Any, name: str) -> pa.Table:
+    ids = pa.array(range(1, ROWS + 1), pa.int64())
+    rows = pa.table({"id": ids, "amount": pa.compute.multiply(pa.compute.cast(ids, pa.float64()), 0.5)})
+    table = catalog_hook.catalog.create_table(
+        name, schema=rows.schema, properties={"format-version": "2", "write.delete.mode": "merge-on-read",
+                                              "write.update.mode": "merge-on-read"},
+    )  # fmt: skip
+    for part in range(4):
+        table.append(rows.slice(part * ROWS // 4, ROWS // 4))
+    return rows
+
+
+def _change(number: int, chance: random.Random, name: str) -> tuple[DmlSpec, Any]:
+    """A random change and what it does to a row dict (None: the row is deleted)."""
+    key = RunKey("supervised", "change", f"round-{number}")
+    common = {"catalog": "iceberg_default", "table": name, "run_key": key,
+              "snapshot_properties": key.summary_properties(1)}  # fmt: skip
+    modulus, remainder = chance.choice((7, 11, 13)), chance.randrange(7)
+    if chance.random() < 0.5:
+        spec = DmlSpec(kind=JobKind.DELETE, where=f"id % {modulus} = {remainder}", **common)
+        return spec, lambda row: None if row["id"] % modulus == remainder else row
+    step = chance.randrange(1, 5)
+    spec = DmlSpec(
+        kind=JobKind.UPDATE,
+        where=f"id % {modulus} = {remainder}",
+        assignments={"amount": f"amount + {step}"},
+        **common,
+    )
+    return (
+        spec,
+        lambda row: {**row, "amount": row["amount"] + step} if row["id"] % modulus == remainder else row,
+    )
+
+
+def _until_it_commits(
+    spec: DmlSpec, catalog_hook: Any, on_started: Any, failures: list[str], where: str
+) -> Outcome:
+    """Submit ``spec`` as a task and its retries would: again after every retryable failure."""
+    deadline = time.monotonic() + RETRY_DEADLINE_S
+    while True:
+        try:
+            record = IcebergSparkConnectHook(CONN_ID).submit(
+                spec, catalog_hook.catalog_config, "sup", on_started
+            )
+            return record.outcome
+        except IcebergDmlError as error:
+            failures.append(f"{where}: {type(error).__name__}")
+            if not error.retryable:
+                pytest.fail(f"{where}: not retryable: {error!r}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{where}: did not commit within {RETRY_DEADLINE_S} s: {failures}")
+            time.sleep(1)
+        on_started = None  # one kill per round; the retries run undisturbed
+
+
+def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any, supervised: Any) -> None:
+    state, folder = supervised
+    seed = int(os.environ.get("SUPERVISOR_TEST_SEED", time.time_ns() % 100_000))
+    chance = random.Random(seed)
+    name = f"{NAMESPACE}.supervised_{seed}"
+    rows = {row["id"]: row for row in _table(catalog_hook, name).to_pylist()}
+    failures: list[str] = []
+
+    for number in range(1, KILLS + 1):
+        spec, apply = _change(number, chance, name)
+        delay = chance.uniform(0.1, 3.0)
+
+        def kill_later(_: Any, delay: float = delay) -> None:
+            def kill() -> None:
+                time.sleep(delay)
+                os.kill(engine.server_pid(state, folder), signal.SIGKILL)
+
+            threading.Thread(target=kill, daemon=True).start()
+
+        outcome = _until_it_commits(spec, catalog_hook, kill_later, failures, f"seed {seed}, round {number}")
+        assert outcome in (Outcome.COMMITTED, Outcome.REPLAYED), (seed, number, outcome)
+        rows = {key: changed for key, row in rows.items() if (changed := apply(row)) is not None}
+
+    # Every kill was followed by a restart, and the server that serves now was never reset by us.
+    server = read_server(folder)
+    assert server is not None
+    assert server.restarts == KILLS, (seed, failures)
+    assert engine.is_alive(state.pid)
+
+    table = catalog_hook.load_table(name)
+    actual = {row["id"]: row for row in table.scan().to_arrow().to_pylist()}
+    assert actual == rows, f"seed {seed}: {failures}"
+    per_round: dict[str, int] = {}
+    for snapshot in table.snapshots():
+        summary = snapshot.summary.additional_properties if snapshot.summary else {}
+        if summary.get(SummaryKey.DAG_ID) == "supervised":
+            per_round[summary[SummaryKey.RUN_ID]] = per_round.get(summary[SummaryKey.RUN_ID], 0) + 1
+    assert all(count == 1 for count in per_round.values()), (seed, per_round)
+
+    # The server's own count of live sessions: every job's session was released (the warm-up's too).
+    for _ in range(30):
+        sessions = engine.live_sessions(state)
+        if sessions is not None and sessions[0] == 0:
+            break
+        time.sleep(1)
+    assert sessions == (0, 0), sessions
+    running, text = engine.describe(state, folder)
+    assert running
+    assert f"restarts: {KILLS}" in text
+    assert "live sessions 0" in text
+    print(f"seed {seed}; failed tries: {failures}")
