@@ -16,7 +16,7 @@ import pytest
 from airflow_iceberg_dml.exceptions import ConcurrentCommitError
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey
-from tests.postgres import postgres_server
+from bench.deployment import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

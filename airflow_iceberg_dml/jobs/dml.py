@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
@@ -111,12 +112,15 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
             self.state.refresh()
             heads.append(self.state.head(self.ref))
 
-        return policy.run(
+        record = policy.run(
             lambda _: self._attempt(heads[-1]),
             what=f"Commit of the change to {self.table_name}",
             log=log,
             replan=replan,
         )
+        if len(heads) == 1:
+            return record
+        return replace(record, details={**record.details, "conflicts_replanned": len(heads) - 1})
 
     def _attempt(self, head_before: int | None) -> JobRecord:
         """One plan-and-commit from ``head_before``; a commit conflict makes ``run`` try again."""

@@ -1,0 +1,238 @@
+"""Airflow's own backfill of the example backfill DAG, on the warm engine, on spark-submit, and as no-ops.
+
+A deployment as production runs one (``bench/deployment.py``: PostgreSQL, API server, scheduler, DAG
+processor, LocalExecutor with as many slots as ``--max-active-runs``), then ``airflow backfill create``
+of ``dags/iceberg_dml_backfill.py`` as written over ``--dates`` days of TPC-H ``orders`` (scale factor
+0.1, 150,000 rows, partitioned by status and year: every data file mixes days), two changes per day
+(an UPDATE and a DELETE of that day's rows):
+
+- **warm engine**: ``spark_default`` is a ``spark_connect`` connection to a Spark Connect server this
+  benchmark starts (supervised, warmed);
+- **spark-submit**: no ``spark_default`` connection: a Spark application (``local[*]``) per task;
+- **no-op**: the same DAG shape with Python no-op tasks (``bench/dags/bench_backfill_noop_dag.py``),
+  Airflow's own floor on this machine.
+
+Reported per engine and ``--max-active-runs``: changes (tasks) per minute from ``backfill create`` to
+the last run's end, task duration p50 and p95 (from the task instances' start and end), commit
+conflicts re-planned (the jobs' "Commit conflict" log lines), task retries and failures, and the
+machine's peak memory in use (sampled every second, minus what was in use before the deployment
+started). Each configuration gets a fresh deployment, metadata database and table.
+
+``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, log, markdown_table, write_results
+from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
+
+DAG_FILES = {
+    "connect": REPO / "dags" / "iceberg_dml_backfill.py",
+    "submit": REPO / "dags" / "iceberg_dml_backfill.py",
+    "noop": REPO / "bench" / "dags" / "bench_backfill_noop_dag.py",
+}
+DAG_IDS = {"connect": "iceberg_dml_backfill", "submit": "iceberg_dml_backfill", "noop": "bench_backfill_noop"}
+LABELS = {"connect": "warm engine", "submit": "spark-submit", "noop": "no-op task"}
+FIRST_DAY = dt.date(1995, 3, 1)
+
+
+class MemoryPeak:
+    """The machine's memory in use, sampled every second in a thread; ``peak`` above ``baseline``."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.baseline = psutil.virtual_memory().used
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            self.peak = max(self.peak, self._psutil.virtual_memory().used - self.baseline)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def _one(
+    engine_kind: str, max_active_runs: int, days: int, *, scale: str, server_uri: str, engine_uri: str
+) -> dict[str, Any]:
+    from airflow_iceberg_dml.demo import create_orders_table
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    label = f"{engine_kind}_{max_active_runs}"
+    table = f"bench.backfill_{label}"
+    catalog = IcebergCatalogHook("iceberg_default").catalog
+    if engine_kind != "noop":
+        create_orders_table(catalog, table, scale)
+    env = {"AIRFLOW_CONN_SPARK_DEFAULT": engine_uri} if engine_kind == "connect" else {}
+    os.environ.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
+    home = Path(tempfile.mkdtemp(prefix=f"bench-backfill-{label}-"))
+    memory = MemoryPeak()
+    airflow = AirflowDeployment(
+        home / "airflow",
+        create_database(server_uri, f"airflow_{label}"),
+        [DAG_FILES[engine_kind]],
+        parallelism=max_active_runs,
+        env=env,
+    )
+    dag_id = DAG_IDS[engine_kind]
+    last_day = FIRST_DAY + dt.timedelta(days=days - 1)
+    try:
+        airflow.start()
+        airflow.wait_for_dag(dag_id)
+        began = time.monotonic()
+        airflow.run(
+            "backfill", "create", "--dag-id", dag_id, "--from-date", FIRST_DAY.isoformat(),
+            "--to-date", last_day.isoformat(), "--max-active-runs", str(max_active_runs),
+            "--dag-run-conf", json.dumps({"table": table}),
+        )  # fmt: skip
+        airflow.wait_for_runs(dag_id, days, timeout=4 * 3600)
+        wall = time.monotonic() - began
+        tries = airflow.query(
+            "SELECT state, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s", dag_id
+        )
+        runs = airflow.query("SELECT state FROM dag_run WHERE dag_id = %s", dag_id)
+    finally:
+        airflow.stop()
+        peak = memory.stop()
+    durations = [(end - start).total_seconds() for _, _, start, end in tries if start and end]
+    conflicts = sum(
+        path.read_text(errors="replace").count("Commit conflict")
+        for path in (home / "airflow" / "logs").rglob("*.log")
+    )
+    if engine_kind != "noop":
+        catalog.purge_table(table)
+    return {
+        "engine": engine_kind,
+        "max_active_runs": max_active_runs,
+        "days": days,
+        "changes": len(tries),
+        "wall_s": wall,
+        "changes_per_minute": len(tries) / wall * 60,
+        "task_p50_s": _percentile(durations, 0.5),
+        "task_p95_s": _percentile(durations, 0.95),
+        "tasks_at_once": peak_overlap([(start, end) for _, _, start, end in tries if start and end]),
+        "conflicts_replanned": conflicts,
+        "task_retries": sum(max(0, try_number - 1) for _, try_number, _, _ in tries),
+        "task_failures": sum(1 for state, *_ in tries if state != "success"),
+        "runs_failed": sum(1 for (state,) in runs if state != "success"),
+        "peak_memory_bytes": peak,
+    }
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench backfill")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--dates", type=int, default=30)
+    parser.add_argument("--max-active-runs", default="8,16")
+    parser.add_argument("--engines", default="connect,submit,noop")
+    parser.add_argument("--scale-factor", default="0.1")
+    args, _ = parser.parse_known_args(argv)
+    days = 4 if args.quick else args.dates
+    levels = [2] if args.quick else [int(n) for n in args.max_active_runs.split(",")]
+    kinds = ["connect", "noop"] if args.quick else args.engines.split(",")
+    scale = "0.01" if args.quick else args.scale_factor
+
+    from airflow_iceberg_dml import engine
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from bench.deployment import free_port
+
+    rows: list[dict[str, Any]] = []
+    engine_home = Path(tempfile.mkdtemp(prefix="bench-backfill-engine-"))
+    state = engine.start(
+        home=engine_home, port=free_port(), catalog=IcebergCatalogHook("iceberg_default").catalog_config
+    )
+    try:
+        with postgres_server() as server_uri:
+            for level in levels:
+                for kind in kinds:
+                    row = _one(
+                        kind, level, days, scale=scale, server_uri=server_uri, engine_uri=state.connection_uri
+                    )
+                    log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
+                    rows.append(row)
+    finally:
+        engine.stop(engine_home)
+    for row in rows:
+        same = {r["engine"]: r for r in rows if r["max_active_runs"] == row["max_active_runs"]}
+        for baseline in ("submit", "noop"):
+            if baseline in same and row["engine"] != baseline:
+                row[f"vs_{baseline}"] = row["changes_per_minute"] / same[baseline]["changes_per_minute"]
+    write_results("backfill", {"scale_factor": scale, "days": days, "rows": rows}, quick=args.quick)
+    print(table(rows))
+    if not args.quick:
+        plot(rows, REPO / "docs" / "img" / "backfill.png")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The results as a markdown table (docs/benchmarks.md)."""
+    return markdown_table(
+        ["engine", "max active runs", "changes/min", "vs spark-submit", "vs no-op", "task p50", "task p95",
+         "conflicts re-planned", "retries", "failures", "peak memory"],
+        [
+            [
+                LABELS[row["engine"]],
+                str(row["max_active_runs"]),
+                f"{row['changes_per_minute']:.1f}",
+                f"{row['vs_submit']:.1f}x" if "vs_submit" in row else "",
+                f"{row['vs_noop']:.2f}x" if "vs_noop" in row else "",
+                f"{row['task_p50_s']:.1f} s",
+                f"{row['task_p95_s']:.1f} s",
+                str(row["conflicts_replanned"]),
+                str(row["task_retries"]),
+                str(row["task_failures"]),
+                f"{row['peak_memory_bytes'] / 2**30:.1f} GiB",
+            ]
+            for row in rows
+        ],
+    )  # fmt: skip
+
+
+def plot(rows: list[dict[str, Any]], target: Path) -> None:
+    """Changes per minute per engine, one group of bars per max_active_runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = sorted({row["max_active_runs"] for row in rows})
+    kinds = [kind for kind in LABELS if any(row["engine"] == kind for row in rows)]
+    figure, axes = plt.subplots(figsize=(8.0, 3.2), dpi=80)
+    width = 0.8 / len(kinds)
+    for offset, kind in enumerate(kinds):
+        per_level = {r["max_active_runs"]: r["changes_per_minute"] for r in rows if r["engine"] == kind}
+        values = [per_level.get(level, 0) for level in levels]
+        axes.bar([i + offset * width for i in range(len(levels))], values, width, label=LABELS[kind])
+    axes.set_xticks(
+        [i + width * (len(kinds) - 1) / 2 for i in range(len(levels))],
+        [f"max_active_runs {n}" for n in levels],
+    )
+    axes.set_ylabel("changes per minute")
+    axes.set_yscale("log")
+    axes.grid(alpha=0.3, axis="y")
+    axes.legend()
+    figure.tight_layout()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target)
+    plt.close(figure)
