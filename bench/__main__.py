@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import signal
 import sys
 import time
 import traceback
@@ -42,6 +43,9 @@ def _record_runtime(name: str, seconds: float, quick: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     configure_environment()
+    # Stopped with SIGTERM (kill, a CI timeout), a benchmark still runs its cleanup: the servers and
+    # Airflow deployments it started stop with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     arguments = list(sys.argv[1:] if argv is None else argv)
     names_known = available()
     chosen = [a.removeprefix(_PREFIX) for a in arguments if a.removeprefix(_PREFIX) in names_known]

@@ -27,6 +27,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -123,6 +124,7 @@ def _one(
     )
     if engine_kind != "noop":
         catalog.purge_table(table)
+    shutil.rmtree(home, ignore_errors=True)
     return {
         "engine": engine_kind,
         "max_active_runs": max_active_runs,
@@ -165,24 +167,31 @@ def main(argv: list[str]) -> None:
     )
     try:
         with postgres_server() as server_uri:
-            for level in levels:
-                for kind in kinds:
+            for kind in kinds:
+                for level in levels:
                     row = _one(
                         kind, level, days, scale=scale, server_uri=server_uri, engine_uri=state.connection_uri
                     )
                     log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
                     rows.append(row)
+                    _ratios(rows)  # written after each configuration: a long run keeps what it measured
+                    write_results(
+                        "backfill", {"scale_factor": scale, "days": days, "rows": rows}, quick=args.quick
+                    )
     finally:
         engine.stop(engine_home)
+    print(table(rows))
+    if not args.quick:
+        plot(rows, REPO / "docs" / "img" / "backfill.png")
+
+
+def _ratios(rows: list[dict[str, Any]]) -> None:
+    """Each engine's changes per minute against spark-submit's and the no-op's at the same level."""
     for row in rows:
         same = {r["engine"]: r for r in rows if r["max_active_runs"] == row["max_active_runs"]}
         for baseline in ("submit", "noop"):
             if baseline in same and row["engine"] != baseline:
                 row[f"vs_{baseline}"] = row["changes_per_minute"] / same[baseline]["changes_per_minute"]
-    write_results("backfill", {"scale_factor": scale, "days": days, "rows": rows}, quick=args.quick)
-    print(table(rows))
-    if not args.quick:
-        plot(rows, REPO / "docs" / "img" / "backfill.png")
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -6,7 +6,8 @@ writes or commits, or after it ended (the server then dies between tasks). The t
 by submitting the same spec (same run key) until it succeeds, as Airflow's retries would. The
 supervisor starts the server again each time. Every change is applied exactly once, the table equals
 the changes applied in Python to the rows read before, every job after a restart found the new server
-with nothing reset, and the server's own UI counts no session left open.
+with nothing reset (one more kill between tasks: the next task succeeds on its first try), and the
+server's own UI counts no session left open.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ def _until_it_commits(
         on_started = None  # one kill per round; the retries run undisturbed
 
 
+def _wait_for_restart(state: Any, folder: Path, restarts: int) -> None:
+    deadline = time.monotonic() + RETRY_DEADLINE_S
+    while True:
+        server = read_server(folder)
+        if server is not None and server.restarts == restarts and engine.port_open(state.host, state.port):
+            return
+        assert time.monotonic() < deadline, f"the supervisor did not restart the server ({server})"
+        time.sleep(0.5)
+
+
 def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any, supervised: Any) -> None:
     state, folder = supervised
     seed = int(os.environ.get("SUPERVISOR_TEST_SEED", time.time_ns() % 100_000))
@@ -139,6 +150,14 @@ def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any,
     assert server.restarts == KILLS, (seed, failures)
     assert engine.is_alive(state.pid)
 
+    # Killed between tasks: once it is back, the next task succeeds on its first try, with no action.
+    os.kill(engine.server_pid(state, folder), signal.SIGKILL)
+    _wait_for_restart(state, folder, KILLS + 1)
+    spec, apply = _change(KILLS + 1, chance, name)
+    record = IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "sup")
+    assert record.outcome is Outcome.COMMITTED
+    rows = {key: changed for key, row in rows.items() if (changed := apply(row)) is not None}
+
     table = catalog_hook.load_table(name)
     actual = {row["id"]: row for row in table.scan().to_arrow().to_pylist()}
     assert actual == rows, f"seed {seed}: {failures}"
@@ -158,6 +177,6 @@ def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any,
     assert sessions == (0, 0), sessions
     running, text = engine.describe(state, folder)
     assert running
-    assert f"restarts: {KILLS}" in text
+    assert f"restarts: {KILLS + 1}" in text
     assert "live sessions 0" in text
     print(f"seed {seed}; failed tries: {failures}")

@@ -5,10 +5,10 @@
     execute
       bad input fails the task (operators/failures.py), anything retryable is raised as it is
       re-attach      the job an earlier try left (each engine's own key in the task state store)
-      turn           one writer per table on this host (table_lock.py), held until the job ended
       load           the table (IcebergCatalogHook)
       plan(run, table)          -> the operator: a JobPlan (its spec from build_spec), or a result
                                    with no job at all
+      turn                      one writer per table on this host (table_lock.py), while the job runs
       submit                    -> the engine of spark_conn_id (hooks/engines.py: engine_for); what
                                    a later try needs is stored as soon as the job starts
       collect(run, plan, record) -> the operator: the table read back, then to_result
@@ -213,10 +213,13 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         with bad_input_fails_the_task():
             store = self._task_state_store(context)
             self._reattach(store)  # what follows sees the table as that earlier job left it
-            with self._turn(run):
-                planned = self.plan(run, run.catalog_hook.load_table(self.table))
-                record = self._submit(planned.spec, run, store) if isinstance(planned, JobPlan) else None
-            result = self.collect(run, planned, record) if isinstance(planned, JobPlan) else planned
+            planned = self.plan(run, run.catalog_hook.load_table(self.table))
+            if isinstance(planned, JobPlan):
+                with self._turn(run):  # the job plans and commits on the head it finds once it has it
+                    record = self._submit(planned.spec, run, store)
+                result = self.collect(run, planned, record)
+            else:
+                result = planned
             self.report(run, result)
             return result
 
