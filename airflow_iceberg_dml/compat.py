@@ -235,3 +235,30 @@ def bound_connect_retries(spark: Any, max_retries: int, max_backoff_ms: int) -> 
         return False
     setter([DefaultPolicy(max_retries=max_retries, max_backoff=max_backoff_ms)])
     return True
+
+
+def without_finalizer_close(spark: Any) -> None:
+    """Let the garbage collector finalize a Spark Connect session without closing its client.
+
+    Why: PySpark's ``SparkSession.__del__`` closes the client, and closing a client shuts down and
+    joins the one thread pool that every session's executions share (``ExecutePlanResponse
+    ReattachableIterator.shutdown``). When the cyclic collector happens to finalize an old session on
+    one of that pool's own threads, the thread joins itself and the process hangs for good (seen in a
+    worker whose server was killed mid-job, then restarted). The jobs stop every session they open
+    explicitly (``stop()`` closes the client, on the job's own thread), so the finalizer has nothing
+    left to do: the session is given a subclass whose ``__del__`` does nothing.
+    """
+    session_type = type(spark)
+    if session_type not in _QUIET:
+        _QUIET[session_type] = type(
+            session_type.__name__, (session_type,), {"__del__": _no_close, "__module__": __name__}
+        )
+    spark.__class__ = _QUIET[session_type]
+
+
+#: PySpark's session class -> its subclass with the quiet finalizer.
+_QUIET: dict[type, type] = {}
+
+
+def _no_close(self: Any) -> None:
+    """Nothing: the session was stopped (and its client closed) by the job that opened it."""

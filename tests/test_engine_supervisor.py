@@ -17,6 +17,7 @@ import random
 import signal
 import threading
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -121,54 +122,8 @@ def _wait_for_restart(state: Any, folder: Path, restarts: int) -> None:
         time.sleep(0.5)
 
 
-def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any, supervised: Any) -> None:
-    state, folder = supervised
-    seed = int(os.environ.get("SUPERVISOR_TEST_SEED", time.time_ns() % 100_000))
-    chance = random.Random(seed)
-    name = f"{NAMESPACE}.supervised_{seed}"
-    rows = {row["id"]: row for row in _table(catalog_hook, name).to_pylist()}
-    failures: list[str] = []
-
-    for number in range(1, KILLS + 1):
-        spec, apply = _change(number, chance, name)
-        delay = chance.uniform(0.1, 3.0)
-
-        def kill_later(_: Any, delay: float = delay) -> None:
-            def kill() -> None:
-                time.sleep(delay)
-                os.kill(engine.server_pid(state, folder), signal.SIGKILL)
-
-            threading.Thread(target=kill, daemon=True).start()
-
-        outcome = _until_it_commits(spec, catalog_hook, kill_later, failures, f"seed {seed}, round {number}")
-        assert outcome in (Outcome.COMMITTED, Outcome.REPLAYED), (seed, number, outcome)
-        rows = {key: changed for key, row in rows.items() if (changed := apply(row)) is not None}
-
-    # Every kill was followed by a restart, and the server that serves now was never reset by us.
-    server = read_server(folder)
-    assert server is not None
-    assert server.restarts == KILLS, (seed, failures)
-    assert engine.is_alive(state.pid)
-
-    # Killed between tasks: once it is back, the next task succeeds on its first try, with no action.
-    os.kill(engine.server_pid(state, folder), signal.SIGKILL)
-    _wait_for_restart(state, folder, KILLS + 1)
-    spec, apply = _change(KILLS + 1, chance, name)
-    record = IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "sup")
-    assert record.outcome is Outcome.COMMITTED
-    rows = {key: changed for key, row in rows.items() if (changed := apply(row)) is not None}
-
-    table = catalog_hook.load_table(name)
-    actual = {row["id"]: row for row in table.scan().to_arrow().to_pylist()}
-    assert actual == rows, f"seed {seed}: {failures}"
-    per_round: dict[str, int] = {}
-    for snapshot in table.snapshots():
-        summary = snapshot.summary.additional_properties if snapshot.summary else {}
-        if summary.get(SummaryKey.DAG_ID) == "supervised":
-            per_round[summary[SummaryKey.RUN_ID]] = per_round.get(summary[SummaryKey.RUN_ID], 0) + 1
-    assert all(count == 1 for count in per_round.values()), (seed, per_round)
-
-    # The server's own count of live sessions: every job's session was released (the warm-up's too).
+def _no_session_left(state: Any, folder: Path) -> None:
+    """The server's own count of live sessions: every job's session was released (the warm-up's too)."""
     for _ in range(30):
         sessions = engine.live_sessions(state)
         if sessions is not None and sessions[0] == 0:
@@ -179,4 +134,70 @@ def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any,
     assert running
     assert f"restarts: {KILLS + 1}" in text
     assert "live sessions 0" in text
+
+
+def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any, supervised: Any) -> None:
+    state, folder = supervised
+    seed = int(os.environ.get("SUPERVISOR_TEST_SEED", time.time_ns() % 100_000))
+    chance = random.Random(seed)
+    name = f"{NAMESPACE}.supervised_{seed}"
+    rows = {row["id"]: row for row in _table(catalog_hook, name).to_pylist()}
+    failures: list[str] = []
+    killed: list[int] = []
+
+    for number in range(1, KILLS + 1):
+        spec, apply = _change(number, chance, name)
+        delay = chance.uniform(0.1, 3.0)
+
+        killers: list[threading.Thread] = []
+
+        def kill_later(_: Any, delay: float = delay, killers: list[threading.Thread] = killers) -> None:
+            def kill() -> None:
+                time.sleep(delay)
+                pid = engine.server_pid(state, folder)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+            killers.append(threading.Thread(target=kill, daemon=True))
+            killers[-1].start()
+
+        outcome = _until_it_commits(spec, catalog_hook, kill_later, failures, f"seed {seed}, round {number}")
+        # A change that matches nothing (an earlier round deleted its rows) commits nothing.
+        matched = any(apply(row) != row for row in rows.values())
+        expected = (Outcome.COMMITTED, Outcome.REPLAYED) if matched else (Outcome.NOOP,)
+        assert outcome in expected, (seed, number, outcome)
+        rows = {key: changed for key, row in rows.items() if (changed := apply(row)) is not None}
+        for killer in killers:  # a job that ended before its kill: the server dies between tasks
+            killer.join()
+        _wait_for_restart(state, folder, number)
+
+    # Every kill was followed by a restart, and the server that serves now was never reset by us.
+    server = read_server(folder)
+    assert server is not None
+    assert len(set(killed)) == KILLS, (seed, killed)
+    assert server.restarts == KILLS, (seed, failures)
+    assert engine.is_alive(state.pid)
+
+    # Killed between tasks: once it is back, the next task succeeds on its first try, with no action.
+    os.kill(engine.server_pid(state, folder), signal.SIGKILL)
+    _wait_for_restart(state, folder, KILLS + 1)
+    spec, apply = _change(KILLS + 1, chance, name)
+    matched = any(apply(row) != row for row in rows.values())
+    record = IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "sup")
+    assert record.outcome is (Outcome.COMMITTED if matched else Outcome.NOOP)
+    rows = {key: changed for key, row in rows.items() if (changed := apply(row)) is not None}
+
+    table = catalog_hook.load_table(name)
+    actual = {row["id"]: row for row in table.scan().to_arrow().to_pylist()}
+    assert actual == rows, f"seed {seed}: {failures}"
+    commits = Counter(
+        summary.get(SummaryKey.RUN_ID)
+        for snapshot in table.snapshots()
+        if (summary := snapshot.summary.additional_properties if snapshot.summary else {}).get(
+            SummaryKey.DAG_ID
+        )
+        == "supervised"
+    )
+    assert set(commits.values()) <= {1}, (seed, commits)
+    _no_session_left(state, folder)
     print(f"seed {seed}; failed tries: {failures}")

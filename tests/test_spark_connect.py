@@ -580,3 +580,27 @@ def test_a_server_wide_setting_in_spark_conf_is_named_and_not_retried(spark, cat
         hook.submit(spec, catalog_hook.catalog_config, "server-wide-conf")
     assert not raised.value.retryable
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def test_a_session_finalized_on_the_shared_release_pool_leaves_that_pool_alone(connect_server):
+    """PySpark's own finalizer closes the client, which shuts down and joins the release pool that all
+    sessions share. Run by the garbage collector on one of that pool's threads while another of them
+    waited on the channel, it deadlocked the worker for good (seen after a server restart). A session
+    the package opens is stopped by its job, and its finalizer does nothing
+    (compat.without_finalizer_close): here it runs on a pool thread and the pool lives on."""
+    from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator as Reattachable
+
+    from airflow_iceberg_dml.hooks.connect_session import open_session
+
+    session = open_session(connect_server.url)
+    try:
+        session.sql("SELECT 1").collect()
+        pool = Reattachable._get_or_create_release_thread_pool()
+
+        def finalize_here() -> bool:
+            session.__del__()  # what the garbage collector runs, here on a thread of the pool
+            return Reattachable._release_thread_pool_instance is pool
+
+        assert pool.submit(finalize_here).result(timeout=60), "the finalizer shut the shared pool down"
+    finally:
+        session.stop()

@@ -64,9 +64,13 @@ def open_session(url: str) -> SparkSession:
     """
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    from airflow_iceberg_dml.compat import without_finalizer_close
+
     had_mode = os.environ.get(_CONNECT_MODE_ENV)
     try:
-        return ConnectSession.builder.remote(url).create()
+        session = ConnectSession.builder.remote(url).create()
+        without_finalizer_close(session)  # whoever opens it stops it (see compat)
+        return session
     finally:
         if had_mode is None:
             os.environ.pop(_CONNECT_MODE_ENV, None)

@@ -170,6 +170,7 @@ class IcebergSparkConnectHook(BaseHook):
 
         try:
             server_version = spark.version
+            extensions = str(spark.conf.get("spark.sql.extensions", "") or "")
         except Exception as error:
             if engine_unreachable(error):
                 raise SparkConnectUnavailableError(
@@ -181,7 +182,6 @@ class IcebergSparkConnectHook(BaseHook):
         problem = version_mismatch(pyspark.__version__, server_version)
         if problem:
             raise SparkConnectServerError(problem)
-        extensions = str(spark.conf.get("spark.sql.extensions", "") or "")
         if ICEBERG_EXTENSIONS not in extensions.split(","):
             raise SparkConnectServerError(
                 f"The Spark Connect server {server} was started without Iceberg: its "
@@ -319,6 +319,7 @@ class IcebergSparkConnectHook(BaseHook):
                 session.session_id,
                 str(error).splitlines()[0][:200],
             )
+            self._release(spark)  # this client's channel, at least
             return []
         self.log.info(
             "The earlier try's Spark Connect session %s on %s: %s; releasing it.",
