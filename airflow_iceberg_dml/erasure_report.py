@@ -7,7 +7,19 @@ names the request, counts the subjects and never holds their keys.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from airflow_iceberg_dml.jobs.purge import iso_from_ms, pending_erasures
+from airflow_iceberg_dml.result import rows_deleted
+from airflow_iceberg_dml.spec import SummaryKey, snapshot_id_text
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from airflow_iceberg_dml.spec import ErasureTarget
 
 
 class ErasureStatus(StrEnum):
@@ -40,6 +52,8 @@ class RemainingFile(TypedDict, total=False):
     """The refs whose snapshots keep it."""
     modified_ms: int
     delete_failed: bool
+    unread: bool
+    """Referenced by no snapshot and older than the orphan grace: deleted by path, never read."""
 
 
 class Verification(TypedDict, total=False):
@@ -49,6 +63,8 @@ class Verification(TypedDict, total=False):
     remaining: list[RemainingFile]
     files_checked: int
     keys_checked: int
+    unreferenced: list[RemainingFile]
+    """From the job: files to delete by path, unread (the worker deletes them and drops this list)."""
 
 
 class TableReport(TypedDict, total=False):
@@ -64,6 +80,8 @@ class TableReport(TypedDict, total=False):
     delete_files_added: int
     data_files_with_erased_rows: int
     data_files_rewritten: int
+    delete_files_removed: int
+    """From the rewrite's commits: position and equality delete files and deletion vectors."""
     tags_dropped: list[str]
     snapshots_expired: int
     files_deleted_by_expiry: int
@@ -116,6 +134,7 @@ def describe_table(name: str, entry: TableReport, erase: bool) -> str:
     return (
         f"{name}: {entry.get('status')}; {entry.get('data_files_with_erased_rows', 0)} data file(s) held "
         f"erased rows, {entry.get('data_files_rewritten', 0)} rewritten, "
+        f"{entry.get('delete_files_removed', 0)} delete file(s) removed, "
         f"{len(entry.get('tags_dropped', []))} tag(s) dropped, "
         f"{entry.get('snapshots_expired', 0)} snapshot(s) expired, "
         f"{entry.get('files_deleted_by_expiry', 0)} file(s) deleted by expiry; verification {verdict}"
@@ -132,5 +151,56 @@ def remaining_places(report: ErasureReport) -> str:
                 if item.get("referenced")
                 else "on storage, referenced by no snapshot"
             )
-            places.append(f"{name}: {item.get('file')} ({item.get('rows')} row(s), {held_by})")
+            what = "not read, its delete failed" if item.get("unread") else f"{item.get('rows')} row(s)"
+            places.append(f"{name}: {item.get('file')} ({what}, {held_by})")
     return "; ".join(places)
+
+
+def not_due_tables(
+    targets: Sequence[ErasureTarget],
+    snapshots: Mapping[str, Iterable[tuple[int, Mapping[str, str]]]],
+    due_before_ms: int,
+) -> dict[str, Any] | None:
+    """A purge's per-table entries when every target table has erasure commits (among its ``snapshots``:
+    ``(snapshot id, summary)``) and none is due before ``due_before_ms``; None when one table has none
+    (its files are verified by the job) or one is due (or has no deadline)."""
+    entries: dict[str, Any] = {}
+    for target in targets:
+        pending = pending_erasures(snapshots[target.table])
+        deadlines = [deadline for _, _, deadline in pending if deadline is not None]
+        if not pending or len(deadlines) < len(pending) or min(deadlines) <= due_before_ms:
+            return None
+        entries[target.table] = {
+            "column": target.column,
+            "through": target.through_table,
+            "keys": 0,
+            "status": ErasureStatus.NOT_DUE.value,
+            "erasures": sorted({erasure_id for _, erasure_id, _ in pending}),
+            "erasure_snapshots": [snapshot_id_text(snapshot_id) for snapshot_id, _, _ in sorted(pending)],
+            "next_deadline": iso_from_ms(min(deadlines)),
+            "overdue": 0,
+        }
+    return entries
+
+
+def erase_numbers(tables: dict[str, TableReport], load_table: Callable[[str], Table]) -> None:
+    """Rows deleted and delete files added per table, from its erasure commits' own summaries."""
+    for name, entry in tables.items():
+        table = load_table(name)
+        deleted = delete_files = 0
+        for snapshot_text in entry.get("commits", {}).values():
+            snapshot = table.snapshot_by_id(int(snapshot_text))
+            if snapshot is None:
+                continue
+            summary = _summary(snapshot)
+            parent = (
+                table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+            )
+            deleted += rows_deleted(summary, _summary(parent) if parent is not None else None)
+            delete_files += int(summary.get(SummaryKey.ADDED_DELETE_FILES) or 0)
+        entry["rows_deleted"] = deleted
+        entry["delete_files_added"] = delete_files
+
+
+def _summary(snapshot: Snapshot) -> Mapping[str, str]:
+    return snapshot.summary.additional_properties if snapshot.summary else {}

@@ -6,6 +6,25 @@ from typing import Any
 
 from airflow_iceberg_dml import __version__
 
+_CONFIG: dict[str, Any] = {
+    "iceberg_dml": {
+        "description": "Settings of the airflow-iceberg-dml provider.",
+        "options": {
+            "erasure_report_location": {
+                "description": (
+                    "Folder (a local path or a URI the catalog's storage can write) where every "
+                    "IcebergEraseOperator writes its reports, unless the task gives report_location. "
+                    "Default: _erasure_reports at the root of the catalog's warehouse."
+                ),
+                "version_added": "0.1.0",
+                "type": "string",
+                "example": "s3://privacy-audit/erasure-reports",
+                "default": None,
+            }
+        },
+    }
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     # The `iceberg`, `spark` and `spark_connect` connection types belong to the official Iceberg and
@@ -23,6 +42,7 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        "config": _CONFIG,
         "operators": [
             {
                 "integration-name": "Apache Iceberg DML",

@@ -16,7 +16,7 @@ from airflow_iceberg_dml.exceptions import CommitNotFoundError
 from airflow_iceberg_dml.spec import Outcome, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from pyiceberg.table.snapshots import Snapshot, Summary
 
@@ -90,6 +90,19 @@ def rows_deleted(summary: Mapping[str, str], parent_summary: Mapping[str, str] |
         return before - after + added
     # The parent was expired: fall back to this commit's own counters.
     return _count(summary, SummaryKey.DELETED_RECORDS) + _count(summary, SummaryKey.ADDED_POSITION_DELETES)
+
+
+def rewrite_counts(summaries: Iterable[Mapping[str, str]]) -> dict[str, int]:
+    """What a rewrite's commits did, from their snapshots' summaries: data files rewritten and added,
+    delete files removed (position and equality delete files and deletion vectors alike, those its
+    dangling-delete removal dropped included; a procedure's own ``removed_delete_files_count`` counts
+    deletion vectors only)."""
+    counts = {"rewritten_data_files_count": 0, "added_data_files_count": 0, "removed_delete_files_count": 0}
+    for summary in summaries:
+        counts["rewritten_data_files_count"] += _count(summary, SummaryKey.DELETED_DATA_FILES)
+        counts["added_data_files_count"] += _count(summary, SummaryKey.ADDED_DATA_FILES)
+        counts["removed_delete_files_count"] += _count(summary, SummaryKey.REMOVED_DELETE_FILES)
+    return counts
 
 
 def committed_result(

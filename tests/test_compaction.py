@@ -416,6 +416,7 @@ def test_table_care_dag_compacts_then_removes_old_orphans(spark, catalog_hook, a
     orphan.write_bytes(b"PAR1")
     five_days_ago = time.time() - 5 * 24 * 3600
     os.utime(orphan, (five_days_ago, five_days_ago))
+    delete_files_before = len(load(catalog_hook, name).inspect.delete_files())
 
     dag_run = run_dag(dag, table=name)
 
@@ -445,6 +446,25 @@ def test_table_care_dag_compacts_then_removes_old_orphans(spark, catalog_hook, a
         assert summary["maintenance"] == "nightly"
     assert set(delete_files_by_data_file(after).values()) == {0}
     assert spark_rows(spark, name) == expected
+    # Delete files removed, as the commits count them: every live one (read by pyiceberg before) is gone,
+    # and the result's count is what the data rewrite's own commits say.
+    summaries = [
+        after.snapshot_by_id(int(s)).summary.additional_properties
+        for s in compacted["committed_snapshot_ids"]
+    ]
+    assert len(after.inspect.delete_files()) == 0
+    removed = sum(int(summary.get("removed-delete-files", 0)) for summary in summaries)
+    added = sum(int(summary.get("added-delete-files", 0)) for summary in summaries)
+    assert removed - added == delete_files_before > 0
+    assert compacted["removed_delete_files_count"] == sum(
+        int(summary.get("removed-delete-files", 0))
+        for summary in summaries
+        if summary["airflow-iceberg-dml.procedure"] == "rewrite_data_files"
+    )
+    assert (
+        compacted["outputs"]["rewrite_data_files"]["removed_delete_files_count"]
+        == compacted["removed_delete_files_count"]
+    )
 
     expired = xcom_result(dag_run, "expire_snapshots")
     assert expired["noop"] is True

@@ -2,26 +2,53 @@
 
 The erase operator never touches storage itself: a report is written here (a local path or any URI the
 catalog's storage can write), and the files the purge's verification found unreferenced are deleted here.
+
+Reports are an audit trail: every run writes a new file (never over another one), whole or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, conf
+
+from airflow_iceberg_dml.exceptions import InvalidSubjectsError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from airflow_iceberg_dml.erasure_report import RemainingFile
+    from airflow_iceberg_dml.erasure_report import RemainingFile, TableReport
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
+#: A killed writer's temporary file older than this is removed by the next write in its folder.
+STALE_TEMPORARY_S = 3600
+#: A line of a subjects file that is an integer key.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 #: Characters a report's file name keeps; anything else becomes ``_``.
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._=-]+")
-#: Beside the first table, outside its data: ``<table location>.erasure-reports``.
-DEFAULT_REPORT_SUFFIX = ".erasure-reports"
+#: The Airflow setting (``[iceberg_dml] erasure_report_location``, or the environment variable
+#: ``AIRFLOW__ICEBERG_DML__ERASURE_REPORT_LOCATION``) that sets a deployment's report folder.
+REPORT_LOCATION_OPTION = ("iceberg_dml", "erasure_report_location")
+#: The default report folder's name, at the root of the catalog's warehouse, outside every table.
+DEFAULT_REPORT_FOLDER = "_erasure_reports"
+
+
+def _local_path(location: str) -> Path | None:
+    """The local path of ``location`` (a path or a ``file:`` URI), or None for another storage."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    return Path(location) if not parsed.scheme or len(parsed.scheme) == 1 else None
 
 
 class ErasureStorageHook(BaseHook):
@@ -40,19 +67,96 @@ class ErasureStorageHook(BaseHook):
         return self.catalog_hook.load_table(self.table)
 
     def report_folder(self, location: str | None) -> str:
-        """``location``, or the default one beside :attr:`table`."""
+        """Where reports go: ``location``; else the deployment's setting (:data:`REPORT_LOCATION_OPTION`);
+        else ``_erasure_reports`` at the root of the catalog's warehouse (a path or URI), or, for a
+        catalog whose warehouse is a name (a REST catalog), two levels above :attr:`table`'s location
+        (its namespace's parent). Never inside a table's folder, so orphan removal never reaches it."""
         if location:
             return str(location).rstrip("/")
-        return str(self._table().location()).rstrip("/") + DEFAULT_REPORT_SUFFIX
+        configured = conf.get(*REPORT_LOCATION_OPTION, fallback=None)
+        if configured:
+            return str(configured).rstrip("/")
+        warehouse = str(self.catalog_hook.catalog_config.properties.get("warehouse") or "")
+        if "://" in warehouse or warehouse.startswith("/"):
+            return f"{warehouse.rstrip('/')}/{DEFAULT_REPORT_FOLDER}"
+        namespace_parent = str(self._table().location()).rstrip("/").rsplit("/", 2)[0]
+        return f"{namespace_parent}/{DEFAULT_REPORT_FOLDER}"
 
     def write_report(self, location: str | None, report: dict[str, Any]) -> str:
-        """Write ``report`` as ``<request_id>.<mode>.json`` in the report folder; its path."""
-        name = _UNSAFE_NAME.sub("_", f"{report['request_id']}.{report['mode']}") + ".json"
-        path = f"{self.report_folder(location)}/{name}"
+        """Write ``report`` to a file of its own in the report folder; its path.
+
+        The name is ``<request_id>.<mode>.<UTC time>-<random>.json``: a second run of the same request
+        writes a second file. Nothing is overwritten: the file is created exclusively. A local file is
+        written under a temporary name and renamed, so a killed writer leaves no partial report; on an
+        object store (S3, GCS, ADLS) an object appears only once it is whole.
+        """
+        stamp = f"{datetime.now(tz=UTC):%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
+        name = _UNSAFE_NAME.sub("_", f"{report['request_id']}.{report['mode']}.{stamp}")
+        path = f"{self.report_folder(location)}/{name}.json"
         payload = json.dumps({**report, "report_path": path}, indent=2, sort_keys=True).encode()
-        with self._table().io.new_output(path).create(overwrite=True) as stream:
-            stream.write(payload)
+        local = _local_path(path)
+        if local is not None:
+            _write_local_once(local, payload)
+        else:
+            with self._table().io.new_output(path).create(overwrite=False) as stream:
+                stream.write(payload)
         return path
+
+    def read_subjects(self, location: str) -> list[Any]:
+        """The keys in the file at ``location`` (a local path or a URI this storage reads): a JSON list,
+        or one key per line, integers when every line is one. The keys are never logged."""
+        local = _local_path(location)
+        try:
+            if local is not None:
+                text = local.read_text(encoding="utf-8")
+            else:
+                with self._table().io.new_input(location).open() as stream:
+                    text = stream.read().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidSubjectsError(
+                f"subjects_file {location!r} cannot be read ({type(error).__name__})."
+            ) from None
+        if text.lstrip().startswith("["):
+            try:
+                keys = json.loads(text)
+            except ValueError:
+                keys = None
+            if not isinstance(keys, list):
+                raise InvalidSubjectsError(f"subjects_file {location!r} is not a JSON list of keys.")
+            return keys
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if all(_INTEGER.fullmatch(line) for line in lines):
+            return [int(line) for line in lines]
+        return lines
+
+    def delete_leftovers(self, tables: dict[str, TableReport], grace_ms: int) -> list[str]:
+        """Delete the files that hold erased keys and that no snapshot references (older than
+        ``grace_ms``), per table of a purge's report; what is deleted and gone leaves the verification's
+        ``remaining``. The paths deleted."""
+        now_ms = int(time.time() * 1000)
+        deleted: list[str] = []
+        for name, entry in tables.items():
+            check = entry.get("verification")
+            if not check:
+                continue
+            # Files no snapshot references, older than the grace, that the job did not read (one may be
+            # half-written): deleted by path; one whose delete fails stays, as not verified.
+            unread: list[RemainingFile] = [
+                {
+                    "file": item["file"],
+                    "referenced": False,
+                    "modified_ms": item["modified_ms"],
+                    "unread": True,
+                }
+                for item in check.pop("unreferenced", [])
+            ]
+            gone, kept = self.delete_unreferenced(
+                name, [*check.get("remaining", []), *unread], grace_ms, now_ms
+            )
+            deleted += gone
+            check["remaining"] = kept
+            check["clean"] = not kept
+        return deleted
 
     def delete_unreferenced(
         self, table: str, remaining: list[RemainingFile], grace_ms: int, now_ms: int
@@ -75,7 +179,31 @@ class ErasureStorageHook(BaseHook):
                 kept.append({**item, "delete_failed": True})
                 continue
             self.log.info(
-                "%s: deleted %s (no snapshot referenced it; it held erased keys)", table, item["file"]
+                "%s: deleted %s (no snapshot referenced it; %s)",
+                table,
+                item["file"],
+                "not read" if item.get("unread") else "it held erased keys",
             )
             deleted.append(item["file"])
         return deleted, kept
+
+
+def _write_local_once(path: Path, payload: bytes) -> None:
+    """Write ``path`` whole or not at all, never over an existing file: a hidden temporary file in the
+    same folder, flushed to disk, then linked to its name (which fails if the name is taken). A writer
+    killed midway leaves only its temporary file, which a later write removes once it is an hour old."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stale_before = time.time() - STALE_TEMPORARY_S
+    for stale in path.parent.glob(".*.tmp"):  # a killed writer's: never a report's name
+        with contextlib.suppress(OSError):
+            if stale.stat().st_mtime < stale_before:
+                stale.unlink()
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(payload)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.link(temporary, path)
+    finally:
+        os.unlink(temporary)

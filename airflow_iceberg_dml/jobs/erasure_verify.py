@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
@@ -29,6 +30,7 @@ class ErasureVerification:
     spark: SparkSession
     spec: ErasureSpec
     functions: ModuleType
+    started_ms: int
 
     def _column_type(self, table: str, column: str) -> str:
         """The Spark type of ``table.column``; a missing table or column is named."""
@@ -69,24 +71,29 @@ class ErasureVerification:
                 return str(row[1]).strip()
         raise RuntimeError(f"{state.table}: Spark does not report the table's location.")
 
-    def _files(self, state: TableState) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
-        """Every data file a snapshot references, and every Parquet file under the table's location
-        (with its modification time), each by :func:`normalized_path`."""
+    def _files(self, state: TableState) -> TableFiles:
+        """Every data and delete file a snapshot references, and every Parquet file under the table's
+        location (with its modification time), each by :func:`normalized_path`."""
         from pyspark.errors import AnalysisException
 
         state.refresh()
-        referenced = {
-            normalized_path(str(row.file_path)): str(row.file_path)
-            for row in self.spark.sql(
-                sql.metadata_query(state.identifier, "all_data_files", "DISTINCT file_path")
-            ).collect()
-        }
+
+        def paths(metadata_table: str) -> dict[str, str]:
+            query = sql.metadata_query(state.identifier, metadata_table, "DISTINCT file_path")
+            return {
+                normalized_path(str(row.file_path)): str(row.file_path)
+                for row in self.spark.sql(query).collect()
+            }
+
+        location = self._location(state)
+        # Metadata's own Parquet files (partition statistics) are referenced by metadata.json, not listed.
+        metadata_folder = normalized_path(location).rstrip("/") + "/metadata/"
         try:
             rows = (
                 self.spark.read.format("binaryFile")
                 .option("recursiveFileLookup", "true")
                 .option("pathGlobFilter", "*.parquet")
-                .load(self._location(state))
+                .load(location)
                 .select("path", "modificationTime")
                 .collect()
             )
@@ -97,22 +104,28 @@ class ErasureVerification:
         listed = {
             normalized_path(str(row.path)): (str(row.path), int(row.modificationTime.timestamp() * 1000))
             for row in rows
+            if not normalized_path(str(row.path)).startswith(metadata_folder)
         }
-        return referenced, listed
+        return TableFiles(paths("all_data_files"), set(paths("all_delete_files")), listed)
 
-    def _raw_rows(
-        self,
-        files: tuple[dict[str, str], dict[str, tuple[str, int]]],
-        schema: str,
-        column: str,
-        values: list[Any],
-    ) -> DataFrame:
-        """The rows of the referenced and listed Parquet ``files`` (:meth:`_files`) whose ``column`` is
-        in ``values``, read as the files hold them: no delete file applied."""
-        referenced, listed = files
-        paths = sorted({*referenced.values(), *(path for path, _ in listed.values())})
-        frame = self.spark.read.schema(schema).option("ignoreMissingFiles", "true").parquet(*paths)
-        return frame.where(self.functions.col(column).isin(values))
+    def _raw_rows(self, files: TableFiles, schema: str, column: str, values: list[Any]) -> DataFrame:
+        """The rows of the table's ``files`` whose ``column`` is in ``values``, read as the files hold them
+        (no delete file applied), with the ``file`` each comes from. Referenced data files are read as
+        they are; files no snapshot references are read only when younger than the orphan grace (a
+        write in progress), skipping one that cannot be read; older ones are not read at all."""
+        young = files.unreferenced(since_ms=self.started_ms - self.spec.orphan_grace_ms)
+        frames = []
+        for paths, options in (
+            (sorted(files.referenced.values()), {"ignoreMissingFiles": "true"}),
+            (sorted(path for path, _ in young), {"ignoreMissingFiles": "true", "ignoreCorruptFiles": "true"}),
+        ):
+            if paths:
+                frame = self.spark.read.schema(schema).options(**options).parquet(*paths)
+                frames.append(frame.withColumn("file", self.functions.col("_metadata.file_path")))
+        if not frames:
+            return self.spark.createDataFrame([], f"{schema}, file string")
+        rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+        return rows.where(self.functions.col(column).isin(values))
 
     def _raw_keys_through(self, target: ErasureTarget, subjects: list[Any]) -> list[Any]:
         """The keys of ``target`` rows, from every file of the table it is reached through, deleted rows
@@ -127,43 +140,70 @@ class ErasureVerification:
         return sorted(row[0] for row in rows if row[0] is not None)
 
     def _verify(self, state: TableState, target: ErasureTarget, keys: list[Any]) -> dict[str, Any]:
-        """Read every file of the table without delete files: does any erased key remain, and where?"""
+        """Read every file of the table without delete files: does any erased key remain, and where?
+        Files no snapshot references that are older than the orphan grace are not read: they are listed
+        as ``unreferenced``, for the worker to delete by path."""
         files = self._files(state)
-        referenced, listed = files
         remaining: list[dict[str, Any]] = []
         if keys:
             schema = f"{sql.quote_identifier(target.column)} {self._column_type(target.table, target.column)}"
-            hits = (
-                self._raw_rows(files, schema, target.column, keys)
-                .groupBy(self.functions.col("_metadata.file_path").alias("file"))
-                .count()
-                .collect()
-            )
+            hits = self._raw_rows(files, schema, target.column, keys).groupBy("file").count().collect()
             refs = self._refs(state)
             for hit in hits:
                 path = normalized_path(str(hit.file))
-                file = referenced.get(path) or listed.get(path, (str(hit.file), 0))[0]
+                file = files.referenced.get(path) or files.listed.get(path, (str(hit.file), 0))[0]
+                referenced = path in files.referenced
                 holders = [name for name, _, snapshot in refs if self._references(state, snapshot, {file})]
                 remaining.append(
                     {
                         "file": file,
                         "rows": int(hit["count"]),
-                        "referenced": path in referenced,
-                        "modified_ms": listed[path][1] if path in listed else None,
-                        "refs": holders if path in referenced else [],
+                        "referenced": referenced,
+                        "modified_ms": files.listed[path][1] if path in files.listed else None,
+                        "refs": holders if referenced else [],
                     }
                 )
-        clean = not remaining
+        old = files.unreferenced(before_ms=self.started_ms - self.spec.orphan_grace_ms)
+        unreferenced = [{"file": path, "modified_ms": modified} for path, modified in sorted(old)]
+        clean = not remaining and not unreferenced
         log(
-            f"{target.table}: verification read {len(set(referenced) | set(listed))} file(s) without delete "
-            f"files ({len(referenced)} referenced by a snapshot, {len(listed)} on storage) for "
-            f"{len(keys)} key(s): "
-            + ("no erased key remains." if clean else f"{len(remaining)} file(s) still hold one.")
+            f"{target.table}: verification read {len(files.referenced) + len(files.listed) - len(old)} "
+            f"file(s) without delete files ({len(files.referenced)} data files referenced by a snapshot, "
+            f"{len(files.listed)} Parquet files on storage, {len(old)} of them referenced by no snapshot and "
+            f"older than the orphan grace: not read, to delete) for {len(keys)} key(s): "
+            + ("no erased key remains." if not remaining else f"{len(remaining)} file(s) still hold one.")
         )
         return {
             "clean": clean,
             "keys_checked": len(keys),
-            "files_referenced": len(referenced),
-            "files_on_storage": len(listed),
+            "files_referenced": len(files.referenced),
+            "files_on_storage": len(files.listed),
             "remaining": sorted(remaining, key=lambda item: item["file"]),
+            "unreferenced": unreferenced,
         }
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """What a table's metadata references and what its location holds, by :func:`normalized_path`."""
+
+    referenced: dict[str, str]
+    """Data files any snapshot references (their paths as the metadata has them)."""
+    deletes: set[str]
+    """Delete files any snapshot references."""
+    listed: dict[str, tuple[str, int]]
+    """Parquet files under the table's location, its metadata folder aside: (path as listed, modified
+    epoch ms)."""
+
+    def unreferenced(
+        self, *, since_ms: int | None = None, before_ms: int | None = None
+    ) -> list[tuple[str, int]]:
+        """Listed files no snapshot references (neither data nor delete file), modified in the range."""
+        return [
+            (path, modified)
+            for key, (path, modified) in self.listed.items()
+            if key not in self.referenced
+            and key not in self.deletes
+            and (since_ms is None or modified >= since_ms)
+            and (before_ms is None or modified < before_ms)
+        ]

@@ -11,9 +11,12 @@ from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.jobs.erasure_verify import ErasureVerification
 from airflow_iceberg_dml.jobs.runner import log
 from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.result import rewrite_counts
 from airflow_iceberg_dml.spec import ExpireSnapshotsCall, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
     from airflow_iceberg_dml.spec import ErasureTarget
 
 #: Larger than any data file: ``rewrite_data_files`` then picks files by their delete files only.
@@ -28,7 +31,8 @@ REWRITE_OPTIONS = {
 }
 
 
-def _iso(epoch_ms: int) -> str:
+def iso_from_ms(epoch_ms: int) -> str:
+    """UTC epoch milliseconds as ISO 8601 text (``...Z``)."""
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -41,10 +45,19 @@ def parse_deadline(text: str) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+def pending_erasures(snapshots: Iterable[tuple[int, Mapping[str, str]]]) -> list[tuple[int, str, int | None]]:
+    """The erasure commits among ``(snapshot id, summary)``: ``(snapshot id, erasure id, deadline ms)``."""
+    pending = []
+    for snapshot_id, summary in snapshots:
+        erasure_id = summary.get(SummaryKey.ERASURE_ID)
+        if erasure_id is not None:
+            deadline = summary.get(SummaryKey.PURGE_BY)
+            pending.append((snapshot_id, erasure_id, parse_deadline(deadline) if deadline else None))
+    return pending
+
+
 class PurgeSteps(ErasureVerification):
     """Part of :class:`~airflow_iceberg_dml.jobs.erase.ErasureJob`: the purge of one table."""
-
-    started_ms: int
 
     # -- purge -------------------------------------------------------------------------------------------
 
@@ -73,7 +86,7 @@ class PurgeSteps(ErasureVerification):
         out["erasure_snapshots"] = [snapshot_id_text(snapshot_id) for snapshot_id, _, _ in sorted(pending)]
         deadlines = [deadline for _, _, deadline in pending if deadline is not None]
         if deadlines:
-            out["next_deadline"] = _iso(min(deadlines))
+            out["next_deadline"] = iso_from_ms(min(deadlines))
         due = [
             entry
             for entry in pending
@@ -136,16 +149,7 @@ class PurgeSteps(ErasureVerification):
         rows = self.spark.sql(
             sql.metadata_query(state.identifier, "snapshots", "snapshot_id, summary")
         ).collect()
-        pending = []
-        for row in rows:
-            summary = dict(row.summary or {})
-            erasure_id = summary.get(SummaryKey.ERASURE_ID)
-            if erasure_id is not None:
-                deadline = summary.get(SummaryKey.PURGE_BY)
-                pending.append(
-                    (int(row.snapshot_id), erasure_id, parse_deadline(deadline) if deadline else None)
-                )
-        return pending
+        return pending_erasures((int(row.snapshot_id), dict(row.summary or {})) for row in rows)
 
     def _erased_files(self, state: TableState, snapshot_ids: list[int]) -> set[str]:
         """The data files that the delete files added by ``snapshot_ids`` apply to."""
@@ -184,23 +188,25 @@ class PurgeSteps(ErasureVerification):
         options = ", ".join(f"{sql.literal(k)}, {sql.literal(v)}" for k, v in REWRITE_OPTIONS.items())
         arguments.append(("options", f"map({options})"))
         statement = sql.call_procedure(self.spec.catalog, "rewrite_data_files", arguments)
-        row = ConflictRetry(self.spec.conflict_retries).run(
-            lambda _: self.spark.sql(statement).collect()[0].asDict(),
+        state.refresh()
+        head_before = state.head(branch)
+        ConflictRetry(self.spec.conflict_retries).run(
+            lambda _: self.spark.sql(statement).collect(),
             what=f"Purge of {table} (branch {branch}): the rewrite",
             log=log,
             replan=state.refresh,
         )
-        result = {key: int(value or 0) for key, value in row.items() if key.endswith("_count")}
-        rewritten = result.get("rewritten_data_files_count", 0)
+        # The counts come from the rewrite's commits (the procedure's own count of removed delete files
+        # counts deletion vectors only); a concurrent writer's commits rewrite no data file.
+        state.refresh()
+        history = state.history()
+        result = rewrite_counts(row.summary for row in history.back_from(state.head(branch), head_before))
         log(
-            f"{table} (branch {branch}): rewrote {rewritten} data file(s) "
-            f"into {result.get('added_data_files_count', 0)}, removed "
-            f"{result.get('removed_delete_files_count', 0)} delete file(s)"
+            f"{table} (branch {branch}): rewrote {result['rewritten_data_files_count']} data file(s) "
+            f"into {result['added_data_files_count']}, removed "
+            f"{result['removed_delete_files_count']} delete file(s)"
         )
-        return {
-            "rewritten_data_files_count": result.get("rewritten_data_files_count", 0),
-            "removed_delete_files_count": result.get("removed_delete_files_count", 0),
-        }
+        return result
 
     def _drop_tags(self, state: TableState, erased_files: set[str]) -> list[str]:
         """Drop the unprotected tags that still reference a file that held erased rows."""
@@ -231,8 +237,8 @@ class PurgeSteps(ErasureVerification):
         deleted = sum(int(value or 0) for key, value in row.items() if key.startswith("deleted_"))
         expired = before - self._snapshot_count(state)
         log(
-            f"{table}: expired {expired} snapshot(s) older than {_iso(call.older_than_ms)}; Iceberg deleted "
-            f"{deleted} file(s) only they referenced"
+            f"{table}: expired {expired} snapshot(s) older than {iso_from_ms(call.older_than_ms)}; "
+            f"Iceberg deleted {deleted} file(s) only they referenced"
         )
         return expired, deleted
 

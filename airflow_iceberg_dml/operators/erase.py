@@ -16,7 +16,6 @@ request, counts the subjects and never holds their keys.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,8 @@ from airflow_iceberg_dml.erasure_report import (
     ErasureStatus,
     TableReport,
     describe_table,
+    erase_numbers,
+    not_due_tables,
     purge_status,
     remaining_places,
 )
@@ -37,7 +38,7 @@ from airflow_iceberg_dml.exceptions import (
     ErasureIncompleteError,
     InvalidSubjectsError,
 )
-from airflow_iceberg_dml.hooks.catalog import summary_of
+from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook, summary_of
 from airflow_iceberg_dml.hooks.erasure_storage import ErasureStorageHook
 from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
 from airflow_iceberg_dml.operators.base import (
@@ -52,12 +53,12 @@ from airflow_iceberg_dml.operators.base import (
 from airflow_iceberg_dml.operators.erase_input import (
     Duration,
     Through,
+    checked_subjects,
     column_type,
     duration_ms,
     erasure_targets,
     iso_time,
 )
-from airflow_iceberg_dml.result import rows_deleted
 from airflow_iceberg_dml.spec import (
     ErasureMode,
     ErasureSpec,
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
     from pyiceberg.table import Table
 
-    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.spec import ScalarParameter
 
 __all__ = ["Duration", "IcebergEraseOperator", "Through"]
@@ -92,9 +92,16 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         table="tpch.orders", key="o_orderkey", subject="o_custkey")}``).
     :param subjects: The subjects' keys (integers or strings, thousands are fine), bound as literals.
         A template may render a list, or its JSON text. Empty: nothing to do, nothing committed.
-        (templated)
+        Rendered when the task runs but not a template field: Airflow never stores the rendered keys
+        (its rendered fields and serialized DAG do not hold them). Keys written in the DAG file are in
+        Airflow's copy of the DAG's source, and keys passed in a run's ``conf`` are stored with the run:
+        for real requests prefer ``subjects_query`` or ``subjects_file``.
     :param subjects_query: Instead of ``subjects``: a SELECT returning the keys in its one column, e.g.
         ``"SELECT customer_id FROM privacy.requests WHERE requested_on = DATE'{{ ds }}'"``. (templated)
+    :param subjects_file: Instead of ``subjects``: a file holding the keys, a local path or a URI the
+        catalog's storage can read (``s3://privacy/requests/{{ ds }}.json``): a JSON list, or one key per
+        line (integers when every line is one, else strings). Read by the worker; only its path is
+        stored by Airflow. (templated)
     :param request_id: The erasure's id, carried by each of its commits and named by the report. Default:
         ``<dag_id>.<task_id>.<run_id>``. (templated)
     :param mode: ``erase`` (default) or ``purge``.
@@ -110,12 +117,14 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         still holds erased rows is named by the verification, which then fails (or warns).
     :param on_remaining: Purge: ``fail`` (default) when the verification finds an erased key in any
         file, naming the files and the refs that keep them; ``warn`` to log it and succeed.
-    :param orphan_grace: Purge: a file under the table's location that no snapshot references and that
-        holds an erased key is deleted when it is older than this (default 1 hour): younger, it may
-        belong to a write in progress.
+    :param orphan_grace: Purge: a Parquet file under the table's location (not its metadata) that no
+        snapshot references and that is older than this (default 1 hour) is deleted by path, unread (a
+        half-written file cannot block the purge); a younger one may be a write in progress: it is
+        read, and kept and reported if it holds an erased key.
     :param report_location: Folder (a local path or a URI the catalog's storage can write) for the JSON
-        report ``<request_id>.<mode>.json``. Default: beside the first table, in
-        ``<table location>.erasure-reports``.
+        reports, one new file per run, ``<request_id>.<mode>.<UTC time>-<random>.json``, never
+        overwritten. Default: the deployment's ``[iceberg_dml] erasure_report_location`` setting, else
+        ``_erasure_reports`` at the root of the catalog's warehouse (outside every table). (templated)
     :param write_mode: Erase: the DELETE's row-level write mode, as for
         :class:`~airflow_iceberg_dml.operators.delete.IcebergDeleteOperator` (default merge-on-read).
     :param conflict_retries: Re-plans after a commit conflict with a concurrent writer, for the DELETEs
@@ -127,9 +136,10 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
     :param durable: Re-attach a retry to the job an earlier try left running (see the base class).
     """
 
+    # ``subjects`` is rendered in plan(), not here: a template field's rendered value is stored by Airflow.
     template_fields: Sequence[str] = (
-        "subjects",
         "subjects_query",
+        "subjects_file",
         "request_id",
         "purge_within",
         "purge_ahead",
@@ -148,6 +158,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         tables: Mapping[str, str | Through],
         subjects: Sequence[ScalarParameter] | str | None = None,
         subjects_query: str | None = None,
+        subjects_file: str | None = None,
         request_id: str | None = None,
         mode: ErasureMode | str = ErasureMode.ERASE,
         purge_within: Duration = timedelta(days=30),
@@ -163,9 +174,9 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
     ) -> None:
         targets = erasure_targets(tables)
         super().__init__(table=next(iter(tables)), **kwargs)
-        if (subjects is None) == (subjects_query is None):
+        if sum(given is not None for given in (subjects, subjects_query, subjects_file)) != 1:
             raise TypeError(
-                "Give the subjects either as subjects=[...] or as subjects_query=..., one of them."
+                "Give the subjects as one of subjects=[...], subjects_query=... or subjects_file=..."
             )
         if on_remaining not in ("fail", "warn"):
             raise ValueError(f"on_remaining={on_remaining!r} must be 'fail' or 'warn'.")
@@ -179,6 +190,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         self.targets = targets
         self.subjects = subjects
         self.subjects_query = subjects_query
+        self.subjects_file = subjects_file
         self.request_id = request_id
         self.mode = ErasureMode(mode)
         self.purge_within = purge_within
@@ -196,27 +208,17 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
 
     # -- the spec: pure --------------------------------------------------------------------------------
 
-    def subject_keys(self) -> list[ScalarParameter] | None:
-        """The rendered ``subjects`` as a list (None with ``subjects_query``), each key checked."""
+    def subject_keys(
+        self, context: Context, catalog_hook: IcebergCatalogHook | None = None
+    ) -> list[ScalarParameter] | None:
+        """The rendered ``subjects`` (or ``subjects_file``'s keys, read with ``catalog_hook``'s storage) as
+        a list, each key checked; None with ``subjects_query``. Rendered here, never stored by Airflow."""
         if self.subjects_query is not None:
             return None
-        subjects: Any = self.subjects
-        if isinstance(subjects, str):
-            try:
-                subjects = json.loads(subjects) if subjects.strip() else []
-            except ValueError:
-                raise InvalidSubjectsError(
-                    "subjects rendered to text that is not a JSON list of keys (set "
-                    "render_template_as_native_obj=True on the DAG, or render JSON)."
-                ) from None
-        if not isinstance(subjects, list | tuple):
-            raise InvalidSubjectsError(f"subjects must be a list of keys, not {type(subjects).__name__}.")
-        for key in subjects:
-            if value_kind(key) is None:
-                raise InvalidSubjectsError(
-                    f"subjects: every key must be an integer or a string; found a {type(key).__name__}."
-                )
-        return list(subjects)
+        if self.subjects_file is not None:
+            hook = catalog_hook or IcebergCatalogHook(self.catalog_conn_id)
+            return checked_subjects(self._storage(hook).read_subjects(str(self.subjects_file)))
+        return checked_subjects(self.render_template(self.subjects, context))
 
     def erasure_id(self, context: Context) -> str:
         if self.request_id is not None and str(self.request_id).strip():
@@ -224,9 +226,11 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         key = run_key(context)
         return f"{key.dag_id}.{key.task_id}.{key.run_id}"
 
-    def build_spec(self, context: Context, tables: Mapping[str, Table]) -> ErasureSpec:
+    def build_spec(
+        self, context: Context, tables: Mapping[str, Table], catalog_hook: IcebergCatalogHook | None = None
+    ) -> ErasureSpec:
         """The job spec, its input checked against the tables' schemas (no Spark, no key leaves here)."""
-        subjects = self.subject_keys()
+        subjects = self.subject_keys(context, catalog_hook)
         query = self.subjects_query
         if query is not None:
             problem = sql.expression_problem(query)
@@ -270,6 +274,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             protected_refs=self.protected_refs,
             purge_ahead_ms=duration_ms("purge_ahead", self.purge_ahead),
             min_retention_ms=duration_ms("min_retention", self.min_retention),
+            orphan_grace_ms=duration_ms("orphan_grace", self.orphan_grace),
         )
 
     # -- the lifecycle --------------------------------------------------------------------------------
@@ -279,10 +284,17 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             target.through_table for target in self.targets if target.through_table
         }
         tables = {name: run.catalog_hook.load_table(name) for name in sorted(names)}
-        spec = self.build_spec(run.context, tables)
+        spec = self.build_spec(run.context, tables, run.catalog_hook)
         if spec.subjects_query is None and not spec.subjects:
             self.log.info("No subject to erase: nothing to do, nothing committed, no Spark job.")
             return self._report(run, spec, JobRecord(Outcome.NOOP))
+        if spec.mode is ErasureMode.PURGE:
+            not_due = self.not_due(spec, tables)
+            if not_due is not None:
+                self.log.info(
+                    "No erasure is due within purge_ahead on any table: nothing purged, no Spark job."
+                )
+                return self._report(run, spec, JobRecord(Outcome.NOOP, details=not_due))
         self.log.info(
             "%s of erasure %s: %s subject(s) on %s",
             self.mode.value.capitalize(),
@@ -291,6 +303,28 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             ", ".join(target.table for target in spec.targets),
         )
         return JobPlan(spec, time.time())
+
+    def not_due(self, spec: ErasureSpec, tables: Mapping[str, Table]) -> dict[str, Any] | None:
+        """A purge's job details when every table has erasure commits and none is due within
+        ``purge_ahead``, from the tables' snapshot summaries; else None (Spark decides)."""
+        entries = not_due_tables(
+            spec.targets,
+            {
+                name: [(s.snapshot_id, summary_of(s)) for s in table.snapshots()]
+                for name, table in tables.items()
+            },
+            due_before_ms=int(time.time() * 1000) + spec.purge_ahead_ms,
+        )
+        if entries is None:
+            return None
+        for name, entry in entries.items():
+            self.log.info(
+                "%s: %s erasure commit(s), the first due %s: not due yet, nothing purged.",
+                name,
+                len(entry["erasure_snapshots"]),
+                entry["next_deadline"],
+            )
+        return {"subjects": len(spec.subjects), "tables": entries}
 
     def collect(self, run: JobRun, plan: JobPlan[float], record: JobRecord | None) -> ErasureReport:
         return self._report(run, cast("ErasureSpec", plan.spec), record)
@@ -310,12 +344,14 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         if record is None:
             report["status"] = ErasureStatus.UNKNOWN  # a remote driver: its report is in the driver's log
         elif spec.mode is ErasureMode.ERASE:
-            self._erase_numbers(run.catalog_hook, tables)
+            erase_numbers(tables, run.catalog_hook.load_table)
             if any(entry.get("commits") for entry in tables.values()):
                 report["status"] = ErasureStatus.ERASED
                 report["purge_by"] = spec.snapshot_properties.get(SummaryKey.PURGE_BY)
         else:
-            report["files_deleted"] = self._delete_leftovers(run.catalog_hook, tables)
+            report["files_deleted"] = self._storage(run.catalog_hook).delete_leftovers(
+                tables, duration_ms("orphan_grace", self.orphan_grace)
+            )
             report["status"], report["verified"] = purge_status(tables)
         report["report_path"] = self._storage(run.catalog_hook).write_report(
             self.report_location, dict(report)
@@ -324,43 +360,6 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
 
     def _storage(self, catalog_hook: IcebergCatalogHook) -> ErasureStorageHook:
         return ErasureStorageHook(catalog_hook, self.targets[0].table)
-
-    def _erase_numbers(self, catalog_hook: IcebergCatalogHook, tables: dict[str, TableReport]) -> None:
-        """Rows deleted and delete files added per table, from the commits' own summaries."""
-        for name, entry in tables.items():
-            table = catalog_hook.load_table(name)
-            deleted = delete_files = 0
-            for snapshot_text in entry.get("commits", {}).values():
-                snapshot = table.snapshot_by_id(int(snapshot_text))
-                if snapshot is None:
-                    continue
-                summary = summary_of(snapshot)
-                parent = (
-                    table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-                )
-                deleted += rows_deleted(summary, summary_of(parent) if parent is not None else None)
-                delete_files += int(summary.get(SummaryKey.ADDED_DELETE_FILES) or 0)
-            entry["rows_deleted"] = deleted
-            entry["delete_files_added"] = delete_files
-
-    def _delete_leftovers(
-        self, catalog_hook: IcebergCatalogHook, tables: dict[str, TableReport]
-    ) -> list[str]:
-        """Delete the files that hold erased keys and that no snapshot references (older than
-        ``orphan_grace``); what is deleted and gone leaves the verification's ``remaining``."""
-        storage = self._storage(catalog_hook)
-        grace_ms = duration_ms("orphan_grace", self.orphan_grace)
-        now_ms = int(time.time() * 1000)
-        deleted: list[str] = []
-        for name, entry in tables.items():
-            check = entry.get("verification")
-            if not check:
-                continue
-            gone, kept = storage.delete_unreferenced(name, check.get("remaining", []), grace_ms, now_ms)
-            deleted += gone
-            check["remaining"] = kept
-            check["clean"] = not kept
-        return deleted
 
     def report(self, run: JobRun, result: ErasureReport) -> None:
         """Fail (or warn) when erased keys remain, then emit the asset events and log the report."""

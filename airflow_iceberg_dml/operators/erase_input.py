@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.exceptions import UnknownColumnError
+from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError
+from airflow_iceberg_dml.jobs.erase import value_kind
 from airflow_iceberg_dml.procedures import parse_age
 from airflow_iceberg_dml.spec import ErasureTarget
 
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from pyiceberg.table import Table
+
+    from airflow_iceberg_dml.spec import ScalarParameter
 
 
 @dataclass(frozen=True)
@@ -79,3 +83,24 @@ def column_type(table: Table, name: str, column: str) -> str:
     raise UnknownColumnError(
         f"Table {name!r} has no column {column!r} (columns: {sorted(f.name for f in table.schema().fields)})."
     )
+
+
+def checked_subjects(subjects: Any) -> list[ScalarParameter]:
+    """Rendered subjects (a list, or its JSON text) as a list of integer or string keys; the error
+    names what is wrong, never a key."""
+    if isinstance(subjects, str):
+        try:
+            subjects = json.loads(subjects) if subjects.strip() else []
+        except ValueError:
+            raise InvalidSubjectsError(
+                "subjects rendered to text that is not a JSON list of keys (set "
+                "render_template_as_native_obj=True on the DAG, or render JSON)."
+            ) from None
+    if not isinstance(subjects, list | tuple):
+        raise InvalidSubjectsError(f"subjects must be a list of keys, not {type(subjects).__name__}.")
+    for key in subjects:
+        if value_kind(key) is None:
+            raise InvalidSubjectsError(
+                f"subjects: every key must be an integer or a string; found a {type(key).__name__}."
+            )
+    return list(subjects)

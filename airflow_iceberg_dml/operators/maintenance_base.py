@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention, table_health
+from airflow_iceberg_dml.hooks.catalog import summary_of
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,
@@ -22,7 +23,9 @@ from airflow_iceberg_dml.operators.base import (
     commit_properties,
     run_key,
 )
+from airflow_iceberg_dml.result import rewrite_counts
 from airflow_iceberg_dml.spec import (
+    MAINTENANCE_PROCEDURE_KEY,
     JobRecord,
     MaintenanceProcedure,
     MaintenanceSpec,
@@ -279,6 +282,7 @@ class BaseIcebergMaintenanceOperator(
             commits=commits,
             duration_s=run.elapsed(),
         )
+        _rewrite_counts_from_commits(cast("dict[str, Any]", result), table_after, commits)
         self.log.info(
             "Done in %.1fs: %s. Health after: %s",
             result["duration_s"],
@@ -306,6 +310,25 @@ class BaseIcebergMaintenanceOperator(
             **lineage.spark_application_facet(result["spark_app_id"]),
         }
         return lineage.operator_lineage(inputs, outputs, run_facets)
+
+
+def _rewrite_counts_from_commits(result: dict[str, Any], table: Table, commits: Sequence[int]) -> None:
+    """Put the data rewrite's counts as its commits' summaries give them in ``result`` (its
+    ``rewrite_data_files`` output, and the same keys at the top level where a result has them):
+    Iceberg's ``removedDeleteFilesCount`` counts deletion vectors only, 0 for position delete files."""
+    output = result["outputs"].get(MaintenanceProcedure.REWRITE_DATA_FILES.value)
+    if output is None:
+        return
+    summaries = [summary_of(snapshot) for snapshot in map(table.snapshot_by_id, commits) if snapshot]
+    counts = rewrite_counts(
+        summary
+        for summary in summaries
+        if summary.get(MAINTENANCE_PROCEDURE_KEY) == MaintenanceProcedure.REWRITE_DATA_FILES.value
+    )
+    if not counts["rewritten_data_files_count"]:
+        return  # no commit left to read (expired) or nothing rewritten: the procedure's output stands
+    output.update(counts)
+    result.update({key: value for key, value in counts.items() if key in result})
 
 
 def _brief(output: Mapping[str, Any]) -> str:

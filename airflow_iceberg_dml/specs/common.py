@@ -88,6 +88,8 @@ class SummaryKey:
     ADDED_DATA_FILES = "added-data-files"
     DELETED_DATA_FILES = "deleted-data-files"
     ADDED_DELETE_FILES = "added-delete-files"
+    #: Every kind of delete file a commit removed: position and equality delete files, deletion vectors.
+    REMOVED_DELETE_FILES = "removed-delete-files"
     ADDED_DVS = "added-dvs"
     ADDED_POSITION_DELETES = "added-position-deletes"
     ADDED_RECORDS = "added-records"

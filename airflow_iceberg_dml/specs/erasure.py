@@ -54,6 +54,9 @@ class ErasureSpec(JsonSpec):
         reference erased rows.
     :param purge_ahead_ms: Purge: a table is purged when one of its erasures is due within this time.
     :param min_retention_ms: Purge: snapshots younger than this are never expired.
+    :param orphan_grace_ms: Purge: a Parquet file under the table that no snapshot references and that is
+        older than this is not read by the verification (it may be half-written): it is listed, for the
+        worker to delete by path. A younger one may be a write in progress: it is read if it can be.
     :param result_path: Where the job writes its :class:`JobRecord`; None when the driver is remote.
     """
 
@@ -72,6 +75,7 @@ class ErasureSpec(JsonSpec):
     protected_refs: tuple[str, ...] = ()
     purge_ahead_ms: int = 0
     min_retention_ms: int = 0
+    orphan_grace_ms: int = 3_600_000
     result_path: str | None = None
     version: int = SPEC_VERSION
 

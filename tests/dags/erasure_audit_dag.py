@@ -1,0 +1,56 @@
+"""DAGs run by tests/test_erasure_audit.py and tests/test_erasure.py: a purge with nothing due (decided
+without Spark), and an erase then purge whose subjects come from a file (no key stored by Airflow)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+from tests.dags.erasure_test_dag import tables_of
+
+#: The table of the not-due purge (created by the test with pyiceberg).
+NOT_DUE_TABLE = "tests.erasure_audit_not_due"
+
+with DAG(
+    "erasure_purge_not_due",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"subjects_file": "", "report_location": ""},
+) as dag_purge_not_due:
+    IcebergEraseOperator(
+        task_id="purge",
+        mode="purge",
+        tables={NOT_DUE_TABLE: "customer_id"},
+        subjects_file="{{ params.subjects_file }}",
+        purge_ahead=timedelta(days=7),
+        report_location="{{ params.report_location }}",
+    )
+
+with DAG(
+    "erasure_from_file",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"subjects_file": "", "report_location": ""},
+) as dag_from_file:
+    erase = IcebergEraseOperator(
+        task_id="erase",
+        tables=tables_of("v2_unpartitioned"),
+        subjects_file="{{ params.subjects_file }}",
+        request_id="request-{{ run_id }}",
+        report_location="{{ params.report_location }}",
+    )
+    purge = IcebergEraseOperator(
+        task_id="purge",
+        mode="purge",
+        tables=tables_of("v2_unpartitioned"),
+        subjects_file="{{ params.subjects_file }}",
+        request_id="request-{{ run_id }}",
+        purge_ahead=timedelta(days=365),
+        min_retention=timedelta(0),
+        orphan_grace=timedelta(0),
+        report_location="{{ params.report_location }}",
+    )
+    erase >> purge

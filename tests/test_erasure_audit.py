@@ -1,0 +1,223 @@
+"""The erasure's audit trail and input, without Spark: reports that nothing overwrites, written whole or
+not at all, outside every table; subjects that Airflow never stores; a purge with nothing due decided
+from the tables' metadata alone (the engine it would use does not even exist).
+
+Tables are created with pyiceberg; the erasure commits a purge looks for are pyiceberg appends that carry
+the erasure's summary entries, as a real erasure commit does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from airflow_iceberg_dml.exceptions import InvalidSubjectsError
+from airflow_iceberg_dml.hooks.erasure_storage import DEFAULT_REPORT_FOLDER, ErasureStorageHook
+from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+from airflow_iceberg_dml.spec import RunKey, SummaryKey
+from tests.conftest import free_port, load, new_table_name, run_dag, task_context, task_states, xcom_result
+from tests.dags.erasure_audit_dag import NOT_DUE_TABLE
+
+#: Keys no count, size, port or time in Airflow's records can equal by chance.
+SUBJECTS = [9_000_003, 9_000_017, 9_000_042]
+SCHEMA = pa.schema([("order_id", pa.int64()), ("customer_id", pa.int64())])
+
+
+def _table(catalog_hook: Any, name: str | None = None) -> str:
+    name = name or new_table_name("audit")
+    catalog = catalog_hook.catalog
+    if catalog.table_exists(name):
+        catalog.purge_table(name)
+    table = catalog.create_table(name, SCHEMA)
+    table.append(pa.table({"order_id": [1, 2, 3], "customer_id": [9_000_003, 5, 6]}, schema=SCHEMA))
+    return name
+
+
+def _erasure_commit(catalog_hook: Any, name: str, erasure_id: str, purge_by: datetime) -> int:
+    """A commit carrying an erasure's summary entries, as the erase task's DELETE does."""
+    table = load(catalog_hook, name)
+    table.append(
+        pa.table({"order_id": [4], "customer_id": [7]}, schema=SCHEMA),
+        snapshot_properties={
+            SummaryKey.ERASURE_ID: erasure_id,
+            SummaryKey.PURGE_BY: purge_by.isoformat().replace("+00:00", "Z"),
+        },
+    )
+    return int(load(catalog_hook, name).current_snapshot().snapshot_id)
+
+
+def _report(request_id: str = "req-7", mode: str = "erase") -> dict[str, Any]:
+    return {"request_id": request_id, "mode": mode, "subjects": 3, "status": "erased", "tables": {}}
+
+
+# -- reports -----------------------------------------------------------------------------------------------
+
+
+def test_every_run_writes_its_own_report_and_the_default_folder_is_outside_every_table(catalog_hook):
+    name = _table(catalog_hook)
+    storage = ErasureStorageHook(catalog_hook, name)
+    first = storage.write_report(None, _report())
+    second = storage.write_report(None, {**_report(), "status": "noop"})
+
+    assert first != second
+    warehouse = catalog_hook.catalog_config.properties["warehouse"].removeprefix("file://")
+    folder = Path(warehouse) / DEFAULT_REPORT_FOLDER
+    reports = sorted(folder.glob("req-7.erase.*.json"))
+    assert [str(path) for path in reports] == sorted(path.removeprefix("file://") for path in (first, second))
+    statuses = sorted(json.loads(path.read_text())["status"] for path in reports)
+    assert statuses == ["erased", "noop"]  # the first run's record is still there, whole
+    for table_name in catalog_hook.catalog.list_tables("tests"):
+        location = Path(load(catalog_hook, ".".join(table_name)).location().removeprefix("file://"))
+        assert not folder.is_relative_to(location)
+
+
+def test_the_deployment_setting_and_the_operator_choose_the_report_folder(
+    catalog_hook, tmp_path, monkeypatch
+):
+    name = _table(catalog_hook)
+    storage = ErasureStorageHook(catalog_hook, name)
+    monkeypatch.setenv("AIRFLOW__ICEBERG_DML__ERASURE_REPORT_LOCATION", str(tmp_path / "deployment"))
+    assert storage.write_report(None, _report()).startswith(f"{tmp_path}/deployment/req-7.erase.")
+    assert storage.write_report(str(tmp_path / "task"), _report()).startswith(f"{tmp_path}/task/req-7.erase.")
+
+
+_KILLED_WRITER = """
+import os, sys, time
+from pathlib import Path
+from airflow_iceberg_dml.hooks import erasure_storage
+def slow_disk(descriptor):
+    print("flushing", flush=True)
+    time.sleep(60)
+os.fsync = slow_disk
+erasure_storage._write_local_once(Path(sys.argv[1]), b'{"request_id": "req-7"}' * 10000)
+"""
+
+
+def test_a_writer_killed_midway_leaves_no_report_and_a_later_write_clears_its_leftover(
+    catalog_hook, tmp_path
+):
+    target = tmp_path / "reports" / "req-7.erase.json"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(target)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.readline().strip() == "flushing"
+    writer.send_signal(signal.SIGKILL)  # killed while the bytes go to disk
+    writer.wait()
+
+    assert list(target.parent.glob("*.json")) == []  # no partial, no 0-byte report
+    (leftover,) = target.parent.glob(".*.tmp")
+    old = time.time() - 2 * 3600
+    os.utime(leftover, (old, old))
+    path = ErasureStorageHook(catalog_hook, _table(catalog_hook)).write_report(str(target.parent), _report())
+    assert [p.name for p in target.parent.iterdir()] == [Path(path).name]
+    assert json.loads(Path(path).read_text())["request_id"] == "req-7"
+
+
+# -- subjects ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "keys"),
+    [
+        (json.dumps(SUBJECTS), SUBJECTS),
+        ("\n".join(map(str, SUBJECTS)) + "\n\n", SUBJECTS),
+        ("alice@example.org\n9000003\n", ["alice@example.org", "9000003"]),
+    ],
+    ids=["json", "integer-lines", "string-lines"],
+)
+def test_a_subjects_file_gives_the_keys(catalog_hook, tmp_path, text, keys):
+    path = tmp_path / "subjects.txt"
+    path.write_text(text)
+    operator = IcebergEraseOperator(task_id="erase", tables={"tests.t": "c"}, subjects_file=str(path))
+    assert operator.subject_keys(task_context(RunKey("d", "erase", "r")), catalog_hook) == keys
+
+
+def test_a_bad_subjects_file_is_refused_without_showing_its_content(catalog_hook, tmp_path):
+    operator = IcebergEraseOperator(task_id="e", tables={"tests.t": "c"}, subjects_file=str(tmp_path / "no"))
+    with pytest.raises(InvalidSubjectsError, match="cannot be read"):
+        operator.subject_keys(task_context(RunKey("d", "e", "r")), catalog_hook)
+    broken = tmp_path / "broken.json"
+    broken.write_text("[9000003, 9000017")
+    operator = IcebergEraseOperator(task_id="e", tables={"tests.t": "c"}, subjects_file=str(broken))
+    with pytest.raises(InvalidSubjectsError, match="not a JSON list") as raised:
+        operator.subject_keys(task_context(RunKey("d", "e", "r")), catalog_hook)
+    assert "9000003" not in str(raised.value)
+
+
+def test_airflow_never_stores_the_subjects_rendered_or_serialized():
+    from airflow.sdk import DAG
+    from airflow.sdk.execution_time.task_runner import _serialize_rendered_fields
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with DAG("inline_subjects", schedule=None, render_template_as_native_obj=True) as dag:
+        inline = IcebergEraseOperator(task_id="inline", tables={"tests.t": "c"}, subjects=SUBJECTS)
+        templated = IcebergEraseOperator(
+            task_id="templated",
+            tables={"tests.t": "c"},
+            subjects="{{ ti.xcom_pull(task_ids='requests') }}",
+        )
+    serialized = json.dumps(DagSerialization.to_dict(dag))
+    context: Any = task_context(RunKey("inline_subjects", "templated", "r"))
+    context["ti"].xcom_pull = lambda task_ids: SUBJECTS  # an upstream task's XCom: the keys, at run time
+    rendered = []
+    for task in (inline, templated):
+        task.render_template_fields(context)
+        rendered.append(json.dumps(_serialize_rendered_fields(task)))
+        assert task.subject_keys(context) == SUBJECTS  # the task still gets them, when it runs
+    for text in (serialized, *rendered):
+        assert not any(str(key) in text for key in SUBJECTS), text
+    assert "subjects_file" in rendered[0]  # the rendered fields were read, and hold the other inputs
+
+
+# -- a purge with nothing due ------------------------------------------------------------------------------
+
+
+def test_a_purge_with_nothing_due_decides_from_metadata_without_starting_spark(
+    catalog_hook, airflow_db, tmp_path, monkeypatch
+):
+    from tests.dags.erasure_audit_dag import dag_purge_not_due
+
+    _table(catalog_hook, NOT_DUE_TABLE)
+    later = (datetime.now(tz=UTC) + timedelta(days=20)).replace(microsecond=0)
+    erasures = [
+        _erasure_commit(catalog_hook, NOT_DUE_TABLE, f"req-{n}", later + timedelta(days=n)) for n in (2, 0)
+    ]
+    subjects = tmp_path / "subjects.json"
+    subjects.write_text(json.dumps(SUBJECTS))
+    # An engine that does not exist: a purge that needed Spark would fail to reach it.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", f"spark-connect://127.0.0.1:{free_port()}")
+
+    started = time.monotonic()
+    dag_run = run_dag(
+        dag_purge_not_due, subjects_file=str(subjects), report_location=str(tmp_path / "reports")
+    )
+
+    assert task_states(dag_run) == {"purge": "success"}
+    report = xcom_result(dag_run, "purge")
+    entry = report["tables"][NOT_DUE_TABLE]
+    assert report["status"] == "not-due"
+    assert entry["status"] == "not-due"
+    assert entry["erasures"] == ["req-0", "req-2"]
+    assert entry["erasure_snapshots"] == [str(snapshot_id) for snapshot_id in sorted(erasures)]
+    assert entry["next_deadline"] == later.isoformat().replace("+00:00", "Z")  # the first deadline
+    assert json.loads(Path(report["report_path"]).read_text())["status"] == "not-due"
+    assert time.monotonic() - started < 60
+    # One erasure due within purge_ahead: Spark decides (the operator does not answer for it).
+    _erasure_commit(catalog_hook, NOT_DUE_TABLE, "req-due", datetime.now(tz=UTC) + timedelta(days=1))
+    operator = IcebergEraseOperator(
+        task_id="purge", mode="purge", tables={NOT_DUE_TABLE: "customer_id"}, subjects=SUBJECTS
+    )
+    tables = {NOT_DUE_TABLE: load(catalog_hook, NOT_DUE_TABLE)}
+    built = operator.build_spec(task_context(RunKey("d", "purge", "r")), tables)
+    assert operator.not_due(built, tables) is None
