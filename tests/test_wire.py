@@ -100,6 +100,7 @@ FULL = [
         protected_refs=("audit",),
         purge_ahead_ms=7,
         min_retention_ms=8,
+        orphan_grace_ms=9,
         result_path="/tmp/r.json",
     ),
     JobRecord(
