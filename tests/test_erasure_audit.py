@@ -198,7 +198,6 @@ def test_a_purge_with_nothing_due_decides_from_metadata_without_starting_spark(
     # An engine that does not exist: a purge that needed Spark would fail to reach it.
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", f"spark-connect://127.0.0.1:{free_port()}")
 
-    started = time.monotonic()
     dag_run = run_dag(
         dag_purge_not_due, subjects_file=str(subjects), report_location=str(tmp_path / "reports")
     )
@@ -212,7 +211,6 @@ def test_a_purge_with_nothing_due_decides_from_metadata_without_starting_spark(
     assert entry["erasure_snapshots"] == [str(snapshot_id) for snapshot_id in sorted(erasures)]
     assert entry["next_deadline"] == later.isoformat().replace("+00:00", "Z")  # the first deadline
     assert json.loads(Path(report["report_path"]).read_text())["status"] == "not-due"
-    assert time.monotonic() - started < 60
     # One erasure due within purge_ahead: Spark decides (the operator does not answer for it).
     _erasure_commit(catalog_hook, NOT_DUE_TABLE, "req-due", datetime.now(tz=UTC) + timedelta(days=1))
     operator = IcebergEraseOperator(

@@ -196,11 +196,24 @@ class PurgeSteps(ErasureVerification):
             log=log,
             replan=state.refresh,
         )
-        # The counts come from the rewrite's commits (the procedure's own count of removed delete files
-        # counts deletion vectors only); a concurrent writer's commits rewrite no data file.
+        # The counts come from the rewrite's commits, the "replace" ones since the head before it (the
+        # procedure's own count of removed delete files counts deletion vectors only; a concurrent
+        # writer's commits, copy-on-write ones included, are not replaces).
         state.refresh()
-        history = state.history()
-        result = rewrite_counts(row.summary for row in history.back_from(state.head(branch), head_before))
+        since = [row.snapshot_id for row in state.history().back_from(state.head(branch), head_before)]
+        rows = (
+            self.spark.sql(
+                sql.metadata_query(
+                    state.identifier,
+                    "snapshots",
+                    "summary",
+                    f"operation = 'replace' AND {sql.in_list('snapshot_id', since)}",
+                )
+            ).collect()
+            if since
+            else []
+        )
+        result = rewrite_counts(dict(row.summary or {}) for row in rows)
         log(
             f"{table} (branch {branch}): rewrote {result['rewritten_data_files_count']} data file(s) "
             f"into {result['added_data_files_count']}, removed "
