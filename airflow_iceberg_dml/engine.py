@@ -314,9 +314,14 @@ def describe(state: EngineState | None, folder: Path | None = None) -> tuple[boo
     """(running, a few lines on the engine) for ``status``: uptime, restarts, memory, live sessions."""
     if state is None:
         return False, "Spark Connect engine: not running (start it with: make engine)"
+    folder = folder or engine_dir()
     if not is_alive(state.pid):
-        return False, f"Spark Connect engine: not running (pid {state.pid} has exited; log: {state.log_path})"
-    server = engine_supervisor.read_server(folder or engine_dir()) if state.supervised else None
+        said = engine_supervisor.last_words(folder) if state.supervised else None
+        return False, (
+            f"Spark Connect engine: not running (pid {state.pid} has exited; log: {state.log_path})"
+            + (f"\n  the supervisor's last line: {said}" if said else "")
+        )
+    server = engine_supervisor.read_server(folder) if state.supervised else None
     pid = server.pid if server else state.pid
     memory = resident_memory_bytes(pid)
     sessions = live_sessions(state)

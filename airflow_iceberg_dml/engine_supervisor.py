@@ -30,6 +30,8 @@ from typing import Any
 COMMAND_FILE = "server.command.json"
 SERVER_FILE = "server.json"
 LOG_FILE = "supervisor.log"
+#: How the log says that the warm-up of a (re)started server ended.
+WARMED, WARM_UP_FAILED = "warmed up server", "warm-up failed for server"
 #: Starts in a row that end before the server accepts connections (a bad setting, a port taken)
 #: after which the supervisor gives up.
 MAX_FAILED_STARTS = 8
@@ -57,6 +59,13 @@ def pause_after(failed_starts: int) -> float:
     """Seconds to wait before starting again: 1 s after a server that served, then doubling with each
     start in a row that failed before serving, up to a minute."""
     return min(MAX_PAUSE_S, 2.0**failed_starts)
+
+
+def last_words(folder: Path) -> str | None:
+    """The supervisor log's last line (why it stopped restarting the server, when it has)."""
+    path = folder / LOG_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return lines[-1] if lines else None
 
 
 class Supervisor:
@@ -101,7 +110,7 @@ class Supervisor:
             self.child = self.spawn(restarts)
             served = self._wait_until_serving(self.child)
             if served and restarts:
-                threading.Thread(target=self._warm, daemon=True).start()
+                threading.Thread(target=self._warm, args=(self.child.pid,), daemon=True).start()
             code = self.child.wait()
             if self.stopping:
                 self.say(f"server stopped (exit {code}); supervisor exits")
@@ -133,7 +142,7 @@ class Supervisor:
             time.sleep(0.5)
         return False
 
-    def _warm(self) -> None:
+    def _warm(self, pid: int) -> None:
         """Warm the new server up (a failed warm-up only costs the next task the time it would have saved)."""
         from airflow_iceberg_dml import engine
 
@@ -142,9 +151,10 @@ class Supervisor:
             return
         try:
             engine.warm_up(state, self.folder)
-            self.say("server warmed up")
+            self.say(f"{WARMED} pid {pid}")
         except Exception as error:  # noqa: BLE001 - the server runs; the warm-up was only a head start
-            self.say(f"warm-up failed: {type(error).__name__}: {error}")
+            first_line = (str(error).splitlines() or [""])[0][:200]
+            self.say(f"{WARM_UP_FAILED} pid {pid}: {type(error).__name__}: {first_line}")
 
 
 def main(argv: list[str] | None = None) -> int:

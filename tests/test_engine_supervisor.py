@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_iceberg_dml import engine
-from airflow_iceberg_dml.engine_supervisor import read_server
+from airflow_iceberg_dml.engine_supervisor import LOG_FILE, WARM_UP_FAILED, WARMED, read_server
 from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey, SummaryKey
@@ -122,14 +122,25 @@ def _wait_for_restart(state: Any, folder: Path, restarts: int) -> None:
         time.sleep(0.5)
 
 
+def _warm_up_ended(state: Any, folder: Path) -> None:
+    """The supervisor's warm-up of the server that serves now has ended (it runs beside the jobs)."""
+    pid = engine.server_pid(state, folder)
+    log = folder / LOG_FILE
+    deadline = time.monotonic() + RETRY_DEADLINE_S
+    while not any(f"{said} pid {pid}" in log.read_text() for said in (WARMED, WARM_UP_FAILED)):
+        assert time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.5)
+
+
 def _no_session_left(state: Any, folder: Path) -> None:
     """The server's own count of live sessions: every job's session was released (the warm-up's too)."""
+    _warm_up_ended(state, folder)
     for _ in range(30):
         sessions = engine.live_sessions(state)
         if sessions is not None and sessions[0] == 0:
             break
         time.sleep(1)
-    assert sessions == (0, 0), sessions
+    assert sessions == (0, 0), (sessions, (folder / LOG_FILE).read_text()[-2000:])
     running, text = engine.describe(state, folder)
     assert running
     assert f"restarts: {KILLS + 1}" in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from typing import Any
@@ -164,3 +165,19 @@ def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_
         if row["order_id"] % 10 == 3:
             row["amount"] += 1
     assert table.scan().to_arrow().sort_by("order_id").to_pylist() == expected
+
+
+def test_status_of_a_supervisor_that_gave_up_says_why(tmp_path):
+    """A supervised engine that is gone: ``status`` shows the supervisor's last line (its reason)."""
+    from airflow_iceberg_dml.engine_supervisor import LOG_FILE
+
+    gone = subprocess.Popen(["true"])  # a pid that has exited (and been reaped)
+    gone.wait()
+    (tmp_path / LOG_FILE).write_text(
+        "2026-11-25 10:00:00 server started, pid 1\n"
+        "2026-11-25 10:00:09 server exited 3 times in a row before it served; giving up\n"
+    )
+    state = engine.EngineState(gone.pid, "127.0.0.1", 1, "c", 0.0, str(tmp_path / "server.log"), True, None)
+    running, text = engine.describe(state, tmp_path)
+    assert not running
+    assert "the supervisor's last line: 2026-11-25 10:00:09 server exited 3 times" in text

@@ -469,8 +469,9 @@ def test_a_version_mismatch_says_what_to_install(client, server, problem):
 def test_the_engine_command_reports_and_stops(connect_server, capsys, monkeypatch):
     home = Path(connect_server.log_path).parents[1]
     monkeypatch.setenv("AIRFLOW_ICEBERG_DML_HOME", str(home))
-    assert engine.main(["status"]) == 0
+    status = engine.main(["status"])
     shown = capsys.readouterr().out
+    assert status == 0, shown  # when not running: why (the supervisor's last line)
     assert f"running at sc://127.0.0.1:{connect_server.port}" in shown
     assert "resident memory" in shown
     assert connect_server.connection_uri in shown

@@ -77,12 +77,21 @@ def open_session(url: str) -> SparkSession:
 
 
 @contextmanager
-def connect_session(url: str) -> Iterator[SparkSession]:
-    """:func:`open_session`, stopped (released on the server) when the block ends."""
+def connect_session(url: str, unreachable_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S) -> Iterator[SparkSession]:
+    """:func:`open_session`, giving up on a lost server within ``unreachable_s``, and stopped (released
+    on the server) when the block ends.
+
+    The bound matters beyond the wait: a client still retrying when a supervisor has started the server
+    again would open its session on the new server, where nobody releases it.
+    """
+    from airflow_iceberg_dml.compat import bound_connect_retries
+
     session = open_session(url)
+    bound_connect_retries(session, *retry_schedule(unreachable_s))
     try:
         yield session
     finally:
+        bound_connect_retries(session, *retry_schedule(0))  # a server that is gone is not waited for again
         session.stop()
 
 

@@ -253,9 +253,28 @@ class IcebergSparkConnectHook(BaseHook):
         if record.outcome is Outcome.FAILED:
             failure = record.error()
             if isinstance(failure, SparkConnectUnavailableError):
+                self._release_again(session)
                 raise self._lost(server, budget) from failure
             raise failure
         return record
+
+    def _release_again(self, session: ConnectSession) -> None:
+        """Release ``session`` by its id from a new client, once the job's own client has stopped.
+
+        A client that lost its server keeps retrying within its budget; when a supervisor has started
+        the server again meanwhile, a retried request opens the session there under the same id, and
+        the job's own release may have been refused or sent before it. Releasing an id the server does
+        not hold changes nothing.
+        """
+        try:
+            url, _ = self._url(session.session_id)
+            spark = open_session(url)
+        except Exception as error:  # noqa: BLE001 - nothing to release on a server that cannot be reached
+            self.log.debug(
+                "Could not reach the server again to release session %s: %s", session.session_id, error
+            )
+            return
+        self._release(spark)
 
     def _lost(self, server: str, budget: float) -> SparkConnectUnavailableError:
         return SparkConnectUnavailableError(
