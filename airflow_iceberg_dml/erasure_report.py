@@ -65,6 +65,9 @@ class Verification(TypedDict, total=False):
     keys_checked: int
     unreferenced: list[RemainingFile]
     """From the job: files to delete by path, unread (the worker deletes them and drops this list)."""
+    layers: dict[str, Any]
+    """From the worker: files read per metadata layer (``files_read``), ``residues`` (file, layer, what
+    in it) and ``unreadable`` files; or ``not_checked`` with the reason."""
 
 
 class TableReport(TypedDict, total=False):
@@ -86,6 +89,8 @@ class TableReport(TypedDict, total=False):
     snapshots_expired: int
     files_deleted_by_expiry: int
     verification: Verification
+    key_digests: dict[str, Any]
+    """From the job to the worker only (salted digests of the erased keys' forms); never reported."""
 
 
 class ErasureReport(TypedDict, total=False):
@@ -153,6 +158,13 @@ def remaining_places(report: ErasureReport) -> str:
             )
             what = "not read, its delete failed" if item.get("unread") else f"{item.get('rows')} row(s)"
             places.append(f"{name}: {item.get('file')} ({what}, {held_by})")
+        layers = entry.get("verification", {}).get("layers", {})
+        for residue in layers.get("residues", []):
+            held_by = "referenced by the table" if residue.get("referenced") else "referenced by nothing"
+            places.append(f"{name}: {residue['file']} ({residue['layer']}: {residue['where']}; {held_by})")
+        places.extend(f"{name}: {item} (could not be read)" for item in layers.get("unreadable", []))
+        if "not_checked" in layers:
+            places.append(f"{name}: the metadata layers were not checked ({layers['not_checked']})")
     return "; ".join(places)
 
 

@@ -357,6 +357,8 @@ def _expire_arguments(call: ExpireSnapshotsCall) -> list[tuple[str, str]]:
     ]
     _optional(arguments, "max_concurrent_deletes", call.max_concurrent_deletes)
     _optional(arguments, "clean_expired_metadata", True if call.clean_expired_metadata else None)
+    if call.snapshot_ids:
+        arguments.append(("snapshot_ids", f"array({', '.join(str(int(i)) for i in call.snapshot_ids)})"))
     return arguments
 
 

@@ -202,6 +202,10 @@ def set_table_property(identifier: str, key: str, value: str) -> str:
     return f"ALTER TABLE {identifier} SET TBLPROPERTIES ({literal(key)} = {literal(value)})"
 
 
+def unset_table_property(identifier: str, key: str) -> str:
+    return f"ALTER TABLE {identifier} UNSET TBLPROPERTIES IF EXISTS ({literal(key)})"
+
+
 def create_branch(identifier: str, branch: str, snapshot_id: int) -> str:
     return (
         f"ALTER TABLE {identifier} CREATE BRANCH {quote_identifier(branch)} AS OF VERSION {int(snapshot_id)}"

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import shutil
+import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +53,8 @@ def create_tables(spark: Any, variant: str) -> tuple[str, str]:
 
     orders, items = tables_of(variant)
     version = 3 if variant.startswith("v3") else 2
-    partitioned = variant.endswith("_partitioned")
+    partitioned = not variant.endswith("_unpartitioned")
+    by_key = variant.endswith("_by_key")
     catalog = IcebergCatalogHook(CATALOG).catalog
     for name in (orders, items):  # an earlier test's table, and every file it left, go
         if catalog.table_exists(name):
@@ -60,7 +65,7 @@ def create_tables(spark: Any, variant: str) -> tuple[str, str]:
     properties = f"TBLPROPERTIES ('format-version' = '{version}')"
     spark.sql(
         f"CREATE TABLE {CATALOG}.{orders} (order_id BIGINT, customer_id BIGINT, status STRING) USING iceberg "
-        + ("PARTITIONED BY (status) " if partitioned else "")
+        + (f"PARTITIONED BY ({'customer_id' if by_key else 'status'}) " if partitioned else "")
         + properties
     )
     spark.sql(
@@ -95,6 +100,60 @@ def keys_on_storage(location: str, column: str, keys: set[int]) -> list[str]:
         for path in Path(location.removeprefix("file:")).rglob("*.parquet")
         if holds(path, column, keys)
     ]
+
+
+def key_residues(location: str, keys: set[int]) -> list[str]:
+    """Every place under ``location`` where one of ``keys`` remains, in any encoding, read here without the
+    package: file and folder names, JSON text, every value of every Avro record (integers, 4- and 8-byte
+    little-endian bounds, strings), every column of every Parquet file, Puffin bytes. ``keys`` must be
+    numbers no count, size or id in metadata can equal (9,000,0xx here)."""
+    import fastavro
+
+    root = Path(location.removeprefix("file:"))
+    pattern = re.compile(r"(?<![0-9])(" + "|".join(str(key) for key in sorted(keys)) + r")(?![0-9])")
+
+    def hit(value: Any) -> bool:
+        return _holds_key(value, keys, pattern)
+
+    found = []
+    for path in sorted(root.rglob("*")):
+        relative = str(path.relative_to(root))
+        if pattern.search(relative):
+            found.append(f"name {relative}")
+        if not path.is_file():
+            continue
+        if path.suffix == ".avro":
+            with path.open("rb") as stream:
+                if any(hit(record) for record in fastavro.reader(stream)):
+                    found.append(f"avro {relative}")
+        elif path.suffix == ".parquet":
+            if any(hit(row) for row in pq.read_table(path).to_pylist()):
+                found.append(f"parquet {relative}")
+        elif pattern.search(path.read_bytes().decode("latin-1")):  # JSON, Puffin footers, text
+            found.append(f"bytes {relative}")
+    return found
+
+
+def assert_every_layer_read_and_clean(layers: dict[str, Any]) -> None:
+    """The operator's own check of the metadata layers read each of them and found nothing."""
+    assert layers["residues"] == []
+    assert layers["unreadable"] == []
+    read = {layer for layer, count in layers["files_read"].items() if count}
+    assert {"manifests", "manifest lists", "table metadata", "catalog entry"} <= read
+
+
+def _holds_key(value: Any, keys: set[int], pattern: re.Pattern[str]) -> bool:
+    if isinstance(value, bytes) and len(value) in (4, 8):
+        return struct.unpack("<i" if len(value) == 4 else "<q", value)[0] in keys
+    if isinstance(value, dict):
+        return any(
+            _holds_key(key, keys, pattern) or _holds_key(item, keys, pattern) for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return any(_holds_key(item, keys, pattern) for item in value)
+    if isinstance(value, str):
+        return bool(pattern.search(value))
+    return isinstance(value, int) and value in keys
 
 
 def live(catalog_hook: Any, name: str, column: str) -> list[int]:
@@ -148,8 +207,11 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
         )
         if variant.startswith("v3"):  # deletion vectors go with their data files (v2: see docs/erasure.md)
             assert entry["delete_files_removed"] > 0
-    # Independently of the operator: no Parquet file on storage holds an erased key.
-    assert keys_on_storage(locations[orders], "customer_id", set(SUBJECTS)) == []
+    # Independently of the operator: no file or name under the orders table holds an erased key, in any
+    # layer (data, deletes, manifests, manifest lists, metadata.json, Puffin, folders); no Parquet file of
+    # the items table holds an erased order.
+    assert key_residues(locations[orders], set(SUBJECTS)) == []
+    assert_every_layer_read_and_clean(purged["tables"][orders]["verification"]["layers"])
     assert keys_on_storage(locations[items], "order_id", gone) == []
     # Other subjects' rows are intact.
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
@@ -322,16 +384,16 @@ def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_i
     )
     assert not leftover.exists()
     assert not broken.exists()
-    assert keys_on_storage(table.location(), "customer_id", set(SUBJECTS)) == []
+    assert key_residues(table.location(), set(SUBJECTS)) == []
     assert keys_on_storage(tables[items].location(), "order_id", erased_orders()) == []
 
 
 def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it_and_other_branches_are_erased(
     spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path
 ):
-    from tests.dags.erasure_test_dag import dag_v2_partitioned as dag
+    from tests.dags.erasure_test_dag import dag_v2_by_key as dag
 
-    orders, items = create_tables(spark, "v2_partitioned")
+    orders, items = create_tables(spark, "v2_by_key")
     spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE TAG audit")
     spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE BRANCH dev")  # not protected: erased and purged
 
@@ -480,7 +542,7 @@ def test_a_concurrent_delete_and_append_during_the_purge_lose_nothing(spark, cat
     if not record.details["tables"][orders]["verification"]["clean"]:
         record = run_spec(spark, purge)  # a commit that landed after the verification is purged next run
     assert record.details["tables"][orders]["verification"]["clean"] is True
-    assert keys_on_storage(load(catalog_hook, orders).location(), "customer_id", set(SUBJECTS)) == []
+    assert key_residues(load(catalog_hook, orders).location(), set(SUBJECTS)) == []
     assert live(catalog_hook, orders, "order_id") == sorted(expected)
 
 
@@ -532,3 +594,87 @@ def test_thousands_of_subjects_are_one_delete_per_table(spark, catalog_hook):
     assert record.details["subjects"] == len(subjects)
     assert len(load(catalog_hook, orders).metadata.snapshots) == before + 1
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - erased_orders())
+
+
+def test_a_manifest_left_on_storage_with_erased_keys_fails_the_purge_until_old_enough_to_delete(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path
+):
+    """The worker's check of the metadata layers, against a real manifest that names erased keys: left
+    under the table after the purge (as a failed commit leaves one), it fails the purge naming the file
+    and its layer while it may be a write in progress; once older than the orphan grace, the purge deletes
+    it, and an empty folder named by a key, and the table is clean in every layer."""
+    from tests.dags.erasure_audit_dag import LAYERS_TABLE, dag_layers_purge
+
+    catalog = catalog_hook.catalog
+    if catalog.table_exists(LAYERS_TABLE):
+        spark.sql(f"DROP TABLE {CATALOG}.{LAYERS_TABLE} PURGE")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{LAYERS_TABLE} (order_id BIGINT, customer_id BIGINT) USING iceberg "
+        "PARTITIONED BY (customer_id)"
+    )
+    spark.sql(f"SELECT id AS order_id, {BASE} + id % 20 AS customer_id FROM range(1, 201)").writeTo(
+        f"{CATALOG}.{LAYERS_TABLE}"
+    ).append()
+    location = load(catalog_hook, LAYERS_TABLE).location()
+    root = Path(location.removeprefix("file:"))
+    erase = IcebergEraseOperator(task_id="erase", tables={LAYERS_TABLE: "customer_id"}, subjects=SUBJECTS)
+    tables = {LAYERS_TABLE: load(catalog_hook, LAYERS_TABLE)}
+    assert run_spec(
+        spark, erase.build_spec(task_context(RunKey("layers", "erase", "r")), tables)
+    ).outcome is (Outcome.COMMITTED)
+    saved = {path.name: path.read_bytes() for path in (root / "metadata").glob("*-m*.avro")}
+    named = [name for name, data in saved.items() if key_residues_in(data)]
+    subjects = tmp_path / "subjects.txt"
+    subjects.write_text("".join(f"{key}\n" for key in SUBJECTS))
+    reports = tmp_path / "reports"
+
+    first = run_dag(dag_layers_purge, subjects_file=str(subjects), report_location=str(reports))
+    assert task_states(first) == {"purge": "success"}
+    assert key_residues(location, set(SUBJECTS)) == []
+    assert named, "the erasure's manifests name the erased keys (partition values, paths)"
+
+    # A manifest that names erased keys, left where a failed commit leaves one, written just now.
+    planted = root / "metadata" / "left-by-a-failed-commit-m0.avro"
+    planted.write_bytes(saved[named[0]])
+    empty = root / "data" / f"customer_id={SUBJECTS[0]}"
+    empty.mkdir(parents=True, exist_ok=True)
+    young = run_dag(dag_layers_purge, subjects_file=str(subjects), report_location=str(reports))
+    assert task_states(young) == {"purge": "failed"}
+    [report_file] = [
+        path for path in reports.glob("*.json") if json.loads(path.read_text())["status"] == "incomplete"
+    ]
+    residues = json.loads(report_file.read_text())["tables"][LAYERS_TABLE]["verification"]["layers"][
+        "residues"
+    ]
+    assert {(item["file"], item["layer"], item["referenced"]) for item in residues} == {
+        (str(planted), "manifests", False)
+    }
+    assert planted.exists()
+    # The empty folder named by a key went at once (never named by the key in the report).
+    assert not empty.exists()
+    assert (
+        str(empty.parent / "customer_id=<redacted>") in json.loads(report_file.read_text())["files_deleted"]
+    )
+    assert not any(str(key) in report_file.read_text() for key in SUBJECTS)
+
+    old = time.time() - 2 * 3600  # older than the orphan grace: no write can still be in progress
+    os.utime(planted, (old, old))
+    last = run_dag(dag_layers_purge, subjects_file=str(subjects), report_location=str(reports))
+    assert task_states(last) == {"purge": "success"}
+    purged = xcom_result(last, "purge")
+    assert str(planted) in purged["files_deleted"]
+    assert not planted.exists()
+    assert key_residues(location, set(SUBJECTS)) == []
+
+
+def key_residues_in(avro: bytes) -> bool:
+    """Whether an Avro file's records hold one of the subjects (read here with fastavro)."""
+    import io
+
+    import fastavro
+
+    keys = set(SUBJECTS)
+    return any(
+        record["data_file"]["partition"].get("customer_id") in keys
+        for record in fastavro.reader(io.BytesIO(avro))
+    )

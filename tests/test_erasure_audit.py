@@ -219,3 +219,43 @@ def test_a_purge_with_nothing_due_decides_from_metadata_without_starting_spark(
     tables = {NOT_DUE_TABLE: load(catalog_hook, NOT_DUE_TABLE)}
     built = operator.build_spec(task_context(RunKey("d", "purge", "r")), tables)
     assert operator.not_due(built, tables) is None
+
+
+def test_the_forms_of_a_key_are_its_text_and_its_truncated_bounds():
+    from airflow_iceberg_dml.erasure_keys import key_forms
+
+    assert key_forms(9000003) == {"9000003"}
+    assert key_forms("ann@example.org") == {"ann@example.org"}  # 15 characters: bounds are whole
+    email = "jean.dupont.1987@example.org"
+    assert key_forms(email) == {email, "jean.dupont.1987", "jean.dupont.1988"}
+    assert key_forms("z" * 15 + "\U0010ffff" + "tail") == {
+        "z" * 15 + "\U0010ffff" + "tail",
+        "z" * 15 + "\U0010ffff",
+        "z" * 14 + "{",
+    }
+
+
+def test_key_digests_hold_no_key_and_match_only_with_their_salt():
+    from airflow_iceberg_dml.erasure_keys import KeyDigests, KeyMatcher, new_salt
+
+    salt = new_salt()
+    digests = KeyDigests.of([9000003, "jean.dupont.1987@example.org"], salt)
+    text = json.dumps(digests.to_json())
+    assert "9000003" not in text
+    assert "jean" not in text
+    matcher = KeyMatcher(KeyDigests.from_json(json.loads(text)), salt)
+    assert matcher("9000003")
+    assert matcher("jean.dupont.1987")  # a truncated lower bound
+    assert not matcher("9000004")
+    with pytest.raises(ValueError, match="another salt"):
+        KeyMatcher(digests, new_salt())  # an earlier try's job: its digests cannot be checked
+
+
+def test_a_path_is_reported_with_its_key_valued_folders_redacted():
+    from airflow_iceberg_dml.erasure_keys import redacted
+
+    path = "s3://lake/orders/data/Customer_ID=9000003/status=O/part-1.parquet"
+    assert (
+        redacted(path, {"customer_id"})
+        == "s3://lake/orders/data/Customer_ID=<redacted>/status=O/part-1.parquet"
+    )

@@ -77,6 +77,7 @@ FULL = [
                 min_age_ms=9,
                 max_concurrent_deletes=4,
                 clean_expired_metadata=True,
+                snapshot_ids=(11, 12),
             ),
             RemoveOrphanFilesCall(
                 older_than_ms=6, dry_run=True, min_age_ms=10, location="s3://b/t", max_concurrent_deletes=3
@@ -101,6 +102,7 @@ FULL = [
         purge_ahead_ms=7,
         min_retention_ms=8,
         orphan_grace_ms=9,
+        digest_salt="5a17",
         result_path="/tmp/r.json",
     ),
     JobRecord(

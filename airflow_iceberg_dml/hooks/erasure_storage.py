@@ -22,13 +22,18 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseHook, conf
 
+from airflow_iceberg_dml.erasure_keys import KeyDigests, KeyMatcher, key_names, redacted
+from airflow_iceberg_dml.erasure_layers import LayerScan
 from airflow_iceberg_dml.exceptions import InvalidSubjectsError
 
 if TYPE_CHECKING:
+    from collections.abc import Set
+
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.erasure_report import RemainingFile, TableReport
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.specs.erasure import ErasureSpec
 
 #: A killed writer's temporary file older than this is removed by the next write in its folder.
 STALE_TEMPORARY_S = 3600
@@ -129,7 +134,80 @@ class ErasureStorageHook(BaseHook):
             return [int(line) for line in lines]
         return lines
 
-    def delete_leftovers(self, tables: dict[str, TableReport], grace_ms: int) -> list[str]:
+    def finish_purge(self, tables: dict[str, TableReport], spec: ErasureSpec) -> list[str]:
+        """The worker's part of a purge, after the Spark job: delete what the job found unreferenced,
+        then check every metadata layer and every name under each table (deleting what is unreferenced
+        and holds erased keys, and empty folders). The paths deleted."""
+        digests = {
+            name: KeyDigests.from_json(entry.pop("key_digests", None)) for name, entry in tables.items()
+        }
+        names = {
+            name: key_names(self.catalog_hook.load_table(name), entry["column"])
+            for name, entry in tables.items()
+            if "verification" in entry
+        }
+        deleted = self.delete_leftovers(tables, spec.orphan_grace_ms, names)
+        for name, entry in tables.items():
+            check = entry.get("verification")
+            if check is not None:
+                for item in check.get("remaining", []):
+                    item["file"] = redacted(item["file"], names[name])
+                deleted += self.check_layers(name, entry, digests[name], spec)
+        return deleted
+
+    def check_layers(
+        self, name: str, entry: TableReport, digests: KeyDigests | None, spec: ErasureSpec
+    ) -> list[str]:
+        """Read every layer of ``name`` for the erased keys (:mod:`~airflow_iceberg_dml.erasure_layers`):
+        files no snapshot references that hold one (older than the orphan grace) are deleted, then empty
+        folders; a second pass is the verdict, in ``entry``'s verification. The paths deleted."""
+        check = entry["verification"]
+        try:
+            if digests is None or spec.digest_salt is None:
+                raise ValueError("the job handed over no key digests")
+            scan = LayerScan(
+                self.catalog_hook.load_table(name), entry["column"], KeyMatcher(digests, spec.digest_salt)
+            )
+        except (ValueError, TypeError) as error:
+            check["layers"] = {"not_checked": str(error)}
+            check["clean"] = False
+            return []
+        found, _, _ = scan.check()
+        now_ms = int(time.time() * 1000)
+        deleted: list[str] = []
+        old_unreferenced = {
+            residue.file: residue.layer
+            for residue in found.residues
+            if not residue.referenced
+            and residue.modified_ms
+            and now_ms - residue.modified_ms >= spec.orphan_grace_ms
+        }
+        for path, layer in sorted(old_unreferenced.items()):
+            scan.fs.delete_file(path)
+            self.log.info(
+                "%s: deleted %s (no snapshot referenced it; its %s held an erased key)",
+                name,
+                scan.display(path),
+                layer,
+            )
+            deleted.append(scan.display(path))
+        deleted += clean_empty_folders(scan)
+        final, _, _ = scan.check()
+        check["layers"] = final.to_json(scan.key_names)
+        check["clean"] = bool(check.get("clean")) and not final.residues and not final.unreadable
+        self.log.info(
+            "%s: the metadata layers and names were read (%s): %s",
+            name,
+            ", ".join(f"{layer} {count}" for layer, count in sorted(final.files.items())),
+            "no erased key"
+            if not final.residues and not final.unreadable
+            else f"{len(final.residues)} residue(s), {len(final.unreadable)} unreadable file(s)",
+        )
+        return deleted
+
+    def delete_leftovers(
+        self, tables: dict[str, TableReport], grace_ms: int, names: dict[str, set[str]] | None = None
+    ) -> list[str]:
         """Delete the files that hold erased keys and that no snapshot references (older than
         ``grace_ms``), per table of a purge's report; what is deleted and gone leaves the verification's
         ``remaining``. The paths deleted."""
@@ -151,7 +229,7 @@ class ErasureStorageHook(BaseHook):
                 for item in check.pop("unreferenced", [])
             ]
             gone, kept = self.delete_unreferenced(
-                name, [*check.get("remaining", []), *unread], grace_ms, now_ms
+                name, [*check.get("remaining", []), *unread], grace_ms, now_ms, (names or {}).get(name, set())
             )
             deleted += gone
             check["remaining"] = kept
@@ -159,7 +237,12 @@ class ErasureStorageHook(BaseHook):
         return deleted
 
     def delete_unreferenced(
-        self, table: str, remaining: list[RemainingFile], grace_ms: int, now_ms: int
+        self,
+        table: str,
+        remaining: list[RemainingFile],
+        grace_ms: int,
+        now_ms: int,
+        names: Set[str] = frozenset(),
     ) -> tuple[list[str], list[RemainingFile]]:
         """Delete the files no snapshot references that are older than ``grace_ms``: (deleted, kept).
 
@@ -181,10 +264,10 @@ class ErasureStorageHook(BaseHook):
             self.log.info(
                 "%s: deleted %s (no snapshot referenced it; %s)",
                 table,
-                item["file"],
+                redacted(item["file"], names),
                 "not read" if item.get("unread") else "it held erased keys",
             )
-            deleted.append(item["file"])
+            deleted.append(redacted(item["file"], names))
         return deleted, kept
 
 
@@ -207,3 +290,29 @@ def _write_local_once(path: Path, payload: bytes) -> None:
         os.link(temporary, path)
     finally:
         os.unlink(temporary)
+
+
+def clean_empty_folders(scan: LayerScan) -> list[str]:
+    """Remove the folders under the table's location that hold no file any more (a purged partition's),
+    and Hadoop's checksum files whose file is gone; local storage only (object stores have no folders).
+    The folders removed."""
+    from pyarrow.fs import LocalFileSystem
+
+    if not isinstance(scan.fs, LocalFileSystem):
+        return []
+    listing = scan.listing()
+    files = {info.path for info in listing if info.is_file}
+    for path in sorted(files):
+        folder, _, name = path.rpartition("/")
+        if name.startswith(".") and name.endswith(".crc") and f"{folder}/{name[1:-4]}" not in files:
+            scan.fs.delete_file(path)
+            files.discard(path)
+    removed = []
+    folders = sorted((info.path for info in listing if not info.is_file), key=len, reverse=True)
+    for folder in folders:
+        if folder.rstrip("/") in (scan.root.rstrip("/") + "/data", scan.root.rstrip("/") + "/metadata"):
+            continue
+        if not any(path.startswith(folder.rstrip("/") + "/") for path in files):
+            scan.fs.delete_dir(folder)
+            removed.append(scan.display(folder))
+    return removed

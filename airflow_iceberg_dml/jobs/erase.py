@@ -13,10 +13,12 @@ PURGE, for each table with an erasure that is due:
 2. ``rewrite_data_files`` on every unprotected branch, of the files that carry delete files (so
    the rows those hide leave the data files), a conflict with a concurrent writer re-planned;
 3. unprotected tags that still reference one of those files are dropped;
-4. ``expire_snapshots`` older than the minimum retention: Iceberg deletes the files that only the
-   expired snapshots referenced;
-5. the verification: every data file that any remaining snapshot references, and every Parquet
-   file under the table's location, read *without* delete files, for the erased keys.
+4. ``rewrite_manifests`` of the main branch: no entry of a removed file stays in its manifests;
+5. ``expire_snapshots`` older than the minimum retention, and the purge's own intermediate
+   commits: Iceberg deletes the files that only the expired snapshots referenced;
+6. the verification: every data file that any remaining snapshot references, and every Parquet
+   file under the table's location, read *without* delete files, for the erased keys; with salted
+   digests of the keys for the worker, which reads the metadata layers (``erasure_layers``).
 
 Each step starts from the table as it is: a purge that was killed is finished by the next run.
 Files left on storage that hold erased keys and that no snapshot references are returned for the
@@ -63,7 +65,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-__all__ = ["REWRITE_OPTIONS", "ErasureJob", "key_kind", "main", "run_spec", "value_kind"]
+__all__ = ["REWRITE_OPTIONS", "ErasureJob", "key_kind", "main", "row_level_where", "run_spec", "value_kind"]
 
 #: Spark's names of the key types an erasure accepts; other keys are cast in ``subjects_query``.
 _INTEGRAL = frozenset({"tinyint", "smallint", "int", "bigint"})
@@ -74,6 +76,16 @@ def key_kind(type_name: str) -> str | None:
     if type_name in _INTEGRAL:
         return "integer"
     return "string" if type_name == "string" else None
+
+
+def row_level_where(column: str) -> str:
+    """The erasure's predicate: the keys, and a conjunct true for each of their rows that Iceberg cannot
+    evaluate on metadata. Spark then plans a row-level delete (a delete file, in a commit tagged like
+    every commit of ours) even where whole files match, as on a table partitioned by the key, instead
+    of a metadata-only delete: Iceberg applies no snapshot property to that commit, and the purge would
+    not know it."""
+    quoted = sql.quote_identifier(column)
+    return f"{quoted} IN :erased_keys AND length(CAST({quoted} AS STRING)) >= 0"
 
 
 def value_kind(value: object) -> str | None:
@@ -219,7 +231,7 @@ class ErasureJob(PurgeSteps):
                 kind=JobKind.DELETE,
                 catalog=self.spec.catalog,
                 table=target.table,
-                where=f"{sql.quote_identifier(target.column)} IN :erased_keys",
+                where=row_level_where(target.column),
                 parameters={"erased_keys": keys},
                 write_mode=self.spec.write_mode,
                 branch=None if name == "main" else name,

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import procedures, sql
 from airflow_iceberg_dml.conflicts import ConflictRetry
+from airflow_iceberg_dml.erasure_keys import KeyDigests
 from airflow_iceberg_dml.jobs.erasure_verify import ErasureVerification
 from airflow_iceberg_dml.jobs.runner import log
 from airflow_iceberg_dml.jobs.table_state import TableState
 from airflow_iceberg_dml.result import rewrite_counts
-from airflow_iceberg_dml.spec import ExpireSnapshotsCall, SummaryKey, snapshot_id_text
+from airflow_iceberg_dml.spec import ExpireSnapshotsCall, RewriteManifestsCall, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 #: Larger than any data file: ``rewrite_data_files`` then picks files by their delete files only.
 _NO_SIZE_LIMIT = str(2**62)
+#: The table property of the manifests' target size, and how many manifests the purge's rewrite of a
+#: small table's manifests may write at most.
+_MANIFEST_TARGET, _MAX_MANIFESTS = "commit.manifest.target-size-bytes", 64
 #: The rewrite's options: every file carrying a delete file, whatever its size, alone if need be.
 REWRITE_OPTIONS = {
     "delete-file-threshold": "1",
@@ -102,6 +106,8 @@ class PurgeSteps(ErasureVerification):
         # Read before anything is purged: the table it goes through still holds the rows (it is purged later).
         keys = subjects if target.through_table is None else self._raw_keys_through(target, subjects)
         out["keys"] = len(keys)
+        if spec.digest_salt:  # for the worker's check of the metadata layers; never reported
+            out["key_digests"] = KeyDigests.of(keys, spec.digest_salt).to_json()
         if pending:
             self._purge_pending(state, target, pending, out)
         out["verification"] = self._verify(state, target, keys)
@@ -134,13 +140,17 @@ class PurgeSteps(ErasureVerification):
             f"{target.table}: {len(erased_files)} data file(s) held the rows of "
             f"{len(pending)} erasure commit(s)"
         )
+        state.refresh()
+        started_from = state.head()
         for name, kind, _ in self._refs(state):
             if kind == "BRANCH" and name not in spec.protected_refs:
                 rewritten = self._rewrite(state, target.table, name)
                 out["data_files_rewritten"] += rewritten["rewritten_data_files_count"]
                 out["delete_files_removed"] += rewritten["removed_delete_files_count"]
         out["tags_dropped"] = self._drop_tags(state, erased_files)
-        out["snapshots_expired"], out["files_deleted_by_expiry"] = self._expire(state, target.table)
+        out["manifests_rewritten"] = self._rewrite_manifests(state, target.table)
+        own = self._own_commits(state, started_from)
+        out["snapshots_expired"], out["files_deleted_by_expiry"] = self._expire(state, target.table, own)
         out["status"] = "purged"
 
     def _pending_erasures(self, state: TableState) -> list[tuple[int, str, int | None]]:
@@ -238,13 +248,73 @@ class PurgeSteps(ErasureVerification):
             dropped.append(name)
         return dropped
 
-    def _expire(self, state: TableState, table: str) -> tuple[int, int]:
-        """Expire the snapshots older than the minimum retention; ``(snapshots, files deleted)``."""
+    def _rewrite_manifests(self, state: TableState, table: str) -> int:
+        """Rewrite the main branch's manifests: the new ones hold only live entries, so the entries of the
+        files the rewrite replaced (their bounds, partition values and paths) leave the current snapshot.
+
+        Iceberg skips a kind of manifest (data, deletes) that is one file under the target manifest
+        size; for this rewrite only, the target is lowered (``commit.manifest.target-size-bytes``) so
+        that such a manifest is rewritten too, into two.
+        """
+        rows = self.spark.sql(sql.metadata_query(state.identifier, "manifests", "content, length")).collect()
+        totals: dict[int, list[int]] = {}
+        for row in rows:
+            totals.setdefault(int(row.content), []).append(int(row.length))
+        single = [sizes[0] for sizes in totals.values() if len(sizes) == 1]
+        target = None
+        if single:
+            largest = max(sum(sizes) for sizes in totals.values())
+            target = max(1, min(single) // 2, largest // _MAX_MANIFESTS)
+        before = state.properties().get(_MANIFEST_TARGET)
+        if target is not None:
+            self.spark.sql(sql.set_table_property(state.identifier, _MANIFEST_TARGET, str(target)))
+        statement = procedures.call_statement(self.spec.catalog, table, RewriteManifestsCall())
+        try:
+            row = ConflictRetry(self.spec.conflict_retries).run(
+                lambda _: self.spark.sql(statement).collect()[0],
+                what=f"Purge of {table}: the manifests' rewrite",
+                log=log,
+                replan=state.refresh,
+            )
+        finally:
+            if target is not None:
+                self.spark.sql(
+                    sql.unset_table_property(state.identifier, _MANIFEST_TARGET)
+                    if before is None
+                    else sql.set_table_property(state.identifier, _MANIFEST_TARGET, before)
+                )
+        state.refresh()
+        count = int(row.rewritten_manifests_count or 0)
+        log(f"{table}: rewrote {count} manifest(s) into {int(row.added_manifests_count or 0)}")
+        return count
+
+    def _own_commits(self, state: TableState, started_from: int | None) -> tuple[int, ...]:
+        """The ``replace`` commits on the main branch since ``started_from``, its head excepted: this
+        purge's rewrites (and a concurrent compaction's), whose manifests still name what the purge
+        removed. Expired whatever their age: they hold no row that a later snapshot lacks."""
+        head = state.head()
+        if head is None:
+            return ()
+        back = [row.snapshot_id for row in state.history().back_from(head, started_from)]
+        rows = self.spark.sql(
+            sql.metadata_query(
+                state.identifier,
+                "snapshots",
+                "snapshot_id",
+                f"operation = 'replace' AND {sql.in_list('snapshot_id', back or [-1])}",
+            )
+        ).collect()
+        return tuple(sorted(int(row.snapshot_id) for row in rows if int(row.snapshot_id) != head))
+
+    def _expire(self, state: TableState, table: str, own: tuple[int, ...] = ()) -> tuple[int, int]:
+        """Expire the snapshots older than the minimum retention, and ``own``; ``(snapshots, files
+        deleted)``."""
         before = self._snapshot_count(state)
         call = ExpireSnapshotsCall(
             older_than_ms=int(time.time() * 1000) - self.spec.min_retention_ms,
             retain_last=1,
             min_age_ms=self.spec.min_retention_ms,
+            snapshot_ids=own,
         )
         row = self.spark.sql(procedures.call_statement(self.spec.catalog, table, call)).collect()[0].asDict()
         deleted = sum(int(value or 0) for key, value in row.items() if key.startswith("deleted_"))

@@ -6,9 +6,10 @@ One operator, two modes (docs/erasure.md has the timeline)::
                    every reader at once; each commit carries the erasure id and its purge deadline
                    (purge_within after the erasure)
     mode="purge"   for each table whose erasures are due: rewrite the data files that held erased
-                   rows, drop unprotected tags that still reference them, expire the snapshots that
-                   still do, delete what is left, then read every file of the table without delete
-                   files to verify that no erased key remains
+                   rows, drop unprotected tags that still reference them, rewrite the manifests,
+                   expire the snapshots that still reference them, delete what is left, then read
+                   every layer of the table (data files in Spark, metadata files and names here) to
+                   verify that no erased key remains
 
 Both modes write a report (the XCom value, the asset event's extra and a JSON file) that names the
 request, counts the subjects and never holds their keys.
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from airflow.sdk import Asset
 
 from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.erasure_keys import new_salt
 from airflow_iceberg_dml.erasure_report import (
     ErasureReport,
     ErasureStatus,
@@ -275,6 +277,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             purge_ahead_ms=duration_ms("purge_ahead", self.purge_ahead),
             min_retention_ms=duration_ms("min_retention", self.min_retention),
             orphan_grace_ms=duration_ms("orphan_grace", self.orphan_grace),
+            digest_salt=new_salt() if self.mode is ErasureMode.PURGE else None,
         )
 
     # -- the lifecycle --------------------------------------------------------------------------------
@@ -349,9 +352,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
                 report["status"] = ErasureStatus.ERASED
                 report["purge_by"] = spec.snapshot_properties.get(SummaryKey.PURGE_BY)
         else:
-            report["files_deleted"] = self._storage(run.catalog_hook).delete_leftovers(
-                tables, duration_ms("orphan_grace", self.orphan_grace)
-            )
+            report["files_deleted"] = self._storage(run.catalog_hook).finish_purge(tables, spec)
             report["status"], report["verified"] = purge_status(tables)
         report["report_path"] = self._storage(run.catalog_hook).write_report(
             self.report_location, dict(report)

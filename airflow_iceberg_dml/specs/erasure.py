@@ -57,6 +57,8 @@ class ErasureSpec(JsonSpec):
     :param orphan_grace_ms: Purge: a Parquet file under the table that no snapshot references and that is
         older than this is not read by the verification (it may be half-written): it is listed, for the
         worker to delete by path. A younger one may be a write in progress: it is read if it can be.
+    :param digest_salt: Purge: the salt of this run only with which the job hands the worker digests of
+        the erased keys (never the keys), for the worker's check of the metadata layers.
     :param result_path: Where the job writes its :class:`JobRecord`; None when the driver is remote.
     """
 
@@ -76,6 +78,7 @@ class ErasureSpec(JsonSpec):
     purge_ahead_ms: int = 0
     min_retention_ms: int = 0
     orphan_grace_ms: int = 3_600_000
+    digest_salt: str | None = None
     result_path: str | None = None
     version: int = SPEC_VERSION
 

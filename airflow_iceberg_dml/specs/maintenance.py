@@ -85,6 +85,8 @@ class ExpireSnapshotsCall:
     min_age_ms: int = 3 * 24 * 3600 * 1000
     max_concurrent_deletes: int | None = None
     clean_expired_metadata: bool = False
+    snapshot_ids: tuple[int, ...] = ()
+    """These snapshots are expired too, whatever their age (a purge's own intermediate commits)."""
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,22 @@ with DAG(
         report_location="{{ params.report_location }}",
     )
     erase >> purge
+
+#: The table of the layers test: orders partitioned by the erased key (created by the test).
+LAYERS_TABLE = "tests.erasure_layers_orders"
+
+with DAG(
+    "erasure_layers_purge",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"subjects_file": "", "report_location": ""},
+) as dag_layers_purge:
+    IcebergEraseOperator(
+        task_id="purge",
+        mode="purge",
+        tables={LAYERS_TABLE: "customer_id"},
+        subjects_file="{{ params.subjects_file }}",
+        purge_ahead=timedelta(days=365),
+        min_retention=timedelta(0),
+        report_location="{{ params.report_location }}",
+    )  # orphan_grace: the default hour

@@ -10,7 +10,8 @@ from airflow.sdk import DAG
 
 from airflow_iceberg_dml.operators.erase import IcebergEraseOperator, Through
 
-VARIANTS = ("v2_partitioned", "v2_unpartitioned", "v3_partitioned", "v3_unpartitioned")
+#: ``by_key``: orders partitioned by the erased key itself (whole files match; folders are named by keys).
+VARIANTS = ("v2_by_key", "v2_unpartitioned", "v3_partitioned", "v3_unpartitioned")
 
 
 def tables_of(variant: str) -> dict[str, str | Through]:
