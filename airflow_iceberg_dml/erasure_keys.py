@@ -99,14 +99,21 @@ def _digest(salt: str, text: str) -> str:
 
 def key_names(table: Table, column: str) -> set[str]:
     """The names a path segment ``name=value`` has when its value may be a key: the key column's, and
-    those of the partition fields of every spec that derive from it (lowercase)."""
+    those of the partition fields of every spec that keep its values (lowercase)."""
     key_id = table.schema().find_field(column, case_sensitive=False).field_id
     return {column.lower()} | {
         spec_field.name.lower()
         for spec in table.metadata.specs().values()
         for spec_field in spec.fields
-        if spec_field.source_id == key_id
+        if spec_field.source_id == key_id and keeps_value(str(spec_field.transform))
     }
+
+
+def keeps_value(transform: str) -> bool:
+    """Whether a partition transform's values may be a key (or a string key's prefix): ``identity`` and
+    ``truncate[W]``; a bucket number, a year or a day is not a key, and comparing it would only find
+    coincidences."""
+    return transform == "identity" or transform.startswith("truncate")
 
 
 def redacted(path: str, names: AbstractSet[str]) -> str:

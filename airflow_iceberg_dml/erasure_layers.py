@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from airflow_iceberg_dml.erasure_keys import key_names, redacted
+from airflow_iceberg_dml.erasure_keys import keeps_value, key_names, redacted
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -228,7 +228,7 @@ class LayerScan:
         key_partitions = {
             str(item["name"])
             for item in json.loads(header.get("partition-spec", "[]"))
-            if item.get("source-id") == self.key_id
+            if item.get("source-id") == self.key_id and keeps_value(str(item.get("transform")))
         }
         key_type = self._type_in(json.loads(header["schema"])) if "schema" in header else self.key_type
         live = []
@@ -283,7 +283,11 @@ class LayerScan:
         self._text(found, path, MANIFEST_LISTS, "a manifest's path", manifest)
         spec = self.table.metadata.specs().get(int(entry.get("partition_spec_id") or 0))
         for position, summary in enumerate(entry.get("partitions") or []):
-            if spec is None or position >= len(spec.fields) or spec.fields[position].source_id != self.key_id:
+            if spec is None or position >= len(spec.fields):
+                continue
+            if spec.fields[position].source_id != self.key_id or not keeps_value(
+                str(spec.fields[position].transform)
+            ):
                 continue
             for side in ("lower_bound", "upper_bound"):
                 raw = summary.get(side)

@@ -107,18 +107,20 @@ def key_residues(location: str, keys: set[int]) -> list[str]:
     package: file and folder names, JSON text, every value of every Avro record (integers, 4- and 8-byte
     little-endian bounds, strings), every column of every Parquet file, Puffin bytes. ``keys`` must be
     numbers no count, size or id in metadata can equal (9,000,0xx here)."""
+    pattern = re.compile(r"(?<![0-9])(" + "|".join(str(key) for key in sorted(keys)) + r")(?![0-9])")
+    return residues_under(location, lambda value: _holds_key(value, keys, pattern))
+
+
+def residues_under(location: str, hit: Any) -> list[str]:
+    """The names and files under ``location`` for which ``hit`` is true: of the relative name, of any
+    Avro record, of any Parquet row, of the bytes of any other file (as Latin-1 text)."""
     import fastavro
 
     root = Path(location.removeprefix("file:"))
-    pattern = re.compile(r"(?<![0-9])(" + "|".join(str(key) for key in sorted(keys)) + r")(?![0-9])")
-
-    def hit(value: Any) -> bool:
-        return _holds_key(value, keys, pattern)
-
     found = []
     for path in sorted(root.rglob("*")):
         relative = str(path.relative_to(root))
-        if pattern.search(relative):
+        if hit(relative):
             found.append(f"name {relative}")
         if not path.is_file():
             continue
@@ -129,7 +131,7 @@ def key_residues(location: str, keys: set[int]) -> list[str]:
         elif path.suffix == ".parquet":
             if any(hit(row) for row in pq.read_table(path).to_pylist()):
                 found.append(f"parquet {relative}")
-        elif pattern.search(path.read_bytes().decode("latin-1")):  # JSON, Puffin footers, text
+        elif hit(path.read_bytes().decode("latin-1")):  # JSON, Puffin footers, text
             found.append(f"bytes {relative}")
     return found
 
@@ -678,3 +680,57 @@ def key_residues_in(avro: bytes) -> bool:
         record["data_file"]["partition"].get("customer_id") in keys
         for record in fastavro.reader(io.BytesIO(avro))
     )
+
+
+def test_string_keys_on_a_v3_table_bucketed_by_them_leave_no_text_nor_truncated_bound(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path
+):
+    """E-mail keys longer than the 16 characters Iceberg keeps of a string bound, on a format v3 table
+    (deletion vectors) bucketed by the e-mail: after the purge no file or name under the table holds an
+    erased address, nor its truncated lower or upper bound, read here byte by byte and value by value."""
+    from airflow_iceberg_dml.erasure_keys import key_forms
+    from tests.dags.erasure_audit_dag import EMAILS_TABLE, dag_emails
+
+    if catalog_hook.catalog.table_exists(EMAILS_TABLE):
+        spark.sql(f"DROP TABLE {CATALOG}.{EMAILS_TABLE} PURGE")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{EMAILS_TABLE} (order_id BIGINT, email STRING) USING iceberg "
+        "PARTITIONED BY (bucket(4, email)) TBLPROPERTIES ('format-version' = '3')"
+    )
+    spark.sql(
+        "SELECT id AS order_id, format_string('subject.%04d@erasure.example.org', id % 50) AS email "
+        "FROM range(1, 501)"
+    ).writeTo(f"{CATALOG}.{EMAILS_TABLE}").append()
+    erased = ["subject.0003@erasure.example.org", "subject.0017@erasure.example.org"]
+    forms = sorted({form for key in erased for form in key_forms(key)})
+    assert "subject.0003@era" in forms  # a truncated lower bound
+    assert "subject.0003@erb" in forms  # a truncated upper bound
+    location = load(catalog_hook, EMAILS_TABLE).location()
+    subjects = tmp_path / "subjects.txt"
+    subjects.write_text("".join(f"{key}\n" for key in erased))
+
+    dag_run = run_dag(dag_emails, subjects_file=str(subjects))
+
+    assert task_states(dag_run) == {"erase": "success", "purge": "success"}
+    purged = xcom_result(dag_run, "purge")
+    assert_every_layer_read_and_clean(purged["tables"][EMAILS_TABLE]["verification"]["layers"])
+    assert text_residues(location, forms) == []
+    kept = load(catalog_hook, EMAILS_TABLE).scan(selected_fields=("email",)).to_arrow()["email"].to_pylist()
+    assert len(kept) == 500 - 20
+    assert not set(erased) & set(kept)
+
+
+def text_residues(location: str, texts: list[str]) -> list[str]:
+    """The files and names under ``location`` that hold one of ``texts``: in a name, in the bytes of a
+    JSON or Puffin file, in any string or bytes value of an Avro record or a Parquet row."""
+    return residues_under(location, lambda value: _holds_text(value, texts))
+
+
+def _holds_text(value: Any, texts: list[str]) -> bool:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return any(_holds_text(key, texts) or _holds_text(item, texts) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_text(item, texts) for item in value)
+    return isinstance(value, str) and any(text in value for text in texts)

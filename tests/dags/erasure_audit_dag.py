@@ -73,3 +73,25 @@ with DAG(
         min_retention=timedelta(0),
         report_location="{{ params.report_location }}",
     )  # orphan_grace: the default hour
+
+#: The table of the string-key test: format v3 (deletion vectors), bucketed by the e-mail it erases.
+EMAILS_TABLE = "tests.erasure_emails"
+
+with DAG(
+    "erasure_emails",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"subjects_file": ""},
+) as dag_emails:
+    erase = IcebergEraseOperator(
+        task_id="erase", tables={EMAILS_TABLE: "email"}, subjects_file="{{ params.subjects_file }}"
+    )
+    purge = IcebergEraseOperator(
+        task_id="purge",
+        mode="purge",
+        tables={EMAILS_TABLE: "email"},
+        subjects_file="{{ params.subjects_file }}",
+        purge_ahead=timedelta(days=365),
+        min_retention=timedelta(0),
+    )
+    erase >> purge
