@@ -103,6 +103,8 @@ class SnapshotRow:
     snapshot_id: int
     parent_id: int | None
     summary: Mapping[str, str]
+    operation: str | None = None
+    """``append``, ``overwrite``, ``delete`` or ``replace`` (a rewrite that changes no row)."""
 
 
 class SnapshotHistory:

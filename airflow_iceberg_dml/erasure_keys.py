@@ -82,7 +82,7 @@ class KeyMatcher:
         self._salt = salt
 
     def __call__(self, text: str) -> bool:
-        return bool(self._digests) and _digest(self._salt, text) in self._digests
+        return _digest(self._salt, text) in self._digests
 
 
 def new_salt() -> str:

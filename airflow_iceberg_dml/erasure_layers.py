@@ -108,8 +108,9 @@ class LayerScan:
 
     # -- the pass --------------------------------------------------------------------------------------
 
-    def check(self) -> tuple[LayerCheck, dict[str, int], set[str]]:
-        """Read every layer: (what was found, every file's modified ms by path, the referenced paths)."""
+    def check(self) -> LayerCheck:
+        """Read every layer: the files read per layer, the residues (each marked referenced or not, with
+        its file's modification time) and the files that could not be read."""
         found = LayerCheck()
         listing = self.listing()
         files = {info.path: int(info.mtime_ns // 1_000_000) for info in listing if info.is_file}
@@ -135,10 +136,10 @@ class LayerScan:
                 self._read(found, path, PARTITION_STATISTICS, self._partition_statistics)
         self._catalog_entry(found)
         for residue in found.residues:
-            residue.referenced = residue.file in referenced or residue.layer in (CATALOG,)
+            residue.referenced = residue.file in referenced or residue.layer == CATALOG
             residue.modified_ms = files.get(residue.file, 0)
         found.residues = _unique(found.residues)
-        return found, files, referenced
+        return found
 
     def display(self, path: str) -> str:
         """A path as reports and logs show it: a URI, its key-valued folder names redacted."""
@@ -171,11 +172,7 @@ class LayerScan:
         whose name is the key column or a partition field of it; a string key as a whole segment."""
         if self.key_is_text and self.matches(text):
             return True
-        return (
-            any(self._segment_holds_key(segment) for segment in text.split("/"))
-            if "/" in text or "=" in text
-            else False
-        )
+        return any(self._segment_holds_key(segment) for segment in text.split("/"))
 
     def _segment_holds_key(self, segment: str) -> bool:
         name, equals, value = segment.partition("=")

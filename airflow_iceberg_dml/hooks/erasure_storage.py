@@ -172,7 +172,7 @@ class ErasureStorageHook(BaseHook):
             check["layers"] = {"not_checked": str(error)}
             check["clean"] = False
             return []
-        found, _, _ = scan.check()
+        found = scan.check()
         now_ms = int(time.time() * 1000)
         deleted: list[str] = []
         old_unreferenced = {
@@ -192,7 +192,7 @@ class ErasureStorageHook(BaseHook):
             )
             deleted.append(scan.display(path))
         deleted += clean_empty_folders(scan)
-        final, _, _ = scan.check()
+        final = scan.check()
         check["layers"] = final.to_json(scan.key_names)
         check["clean"] = bool(check.get("clean")) and not final.residues and not final.unreadable
         self.log.info(

@@ -18,6 +18,7 @@ from airflow_iceberg_dml.spec import ExpireSnapshotsCall, RewriteManifestsCall, 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from airflow_iceberg_dml.commits import SnapshotRow
     from airflow_iceberg_dml.spec import ErasureTarget
 
 #: Larger than any data file: ``rewrite_data_files`` then picks files by their delete files only.
@@ -210,20 +211,7 @@ class PurgeSteps(ErasureVerification):
         # procedure's own count of removed delete files counts deletion vectors only; a concurrent
         # writer's commits, copy-on-write ones included, are not replaces).
         state.refresh()
-        since = [row.snapshot_id for row in state.history().back_from(state.head(branch), head_before)]
-        rows = (
-            self.spark.sql(
-                sql.metadata_query(
-                    state.identifier,
-                    "snapshots",
-                    "summary",
-                    f"operation = 'replace' AND {sql.in_list('snapshot_id', since)}",
-                )
-            ).collect()
-            if since
-            else []
-        )
-        result = rewrite_counts(dict(row.summary or {}) for row in rows)
+        result = rewrite_counts(row.summary for row in _replaces(state, state.head(branch), head_before))
         log(
             f"{table} (branch {branch}): rewrote {result['rewritten_data_files_count']} data file(s) "
             f"into {result['added_data_files_count']}, removed "
@@ -293,18 +281,9 @@ class PurgeSteps(ErasureVerification):
         purge's rewrites (and a concurrent compaction's), whose manifests still name what the purge
         removed. Expired whatever their age: they hold no row that a later snapshot lacks."""
         head = state.head()
-        if head is None:
-            return ()
-        back = [row.snapshot_id for row in state.history().back_from(head, started_from)]
-        rows = self.spark.sql(
-            sql.metadata_query(
-                state.identifier,
-                "snapshots",
-                "snapshot_id",
-                f"operation = 'replace' AND {sql.in_list('snapshot_id', back or [-1])}",
-            )
-        ).collect()
-        return tuple(sorted(int(row.snapshot_id) for row in rows if int(row.snapshot_id) != head))
+        return tuple(
+            sorted(row.snapshot_id for row in _replaces(state, head, started_from) if row.snapshot_id != head)
+        )
 
     def _expire(self, state: TableState, table: str, own: tuple[int, ...] = ()) -> tuple[int, int]:
         """Expire the snapshots older than the minimum retention, and ``own``; ``(snapshots, files
@@ -330,3 +309,8 @@ class PurgeSteps(ErasureVerification):
         return int(
             self.spark.sql(sql.metadata_query(state.identifier, "snapshots", "count(*)")).collect()[0][0]
         )
+
+
+def _replaces(state: TableState, head: int | None, since: int | None) -> list[SnapshotRow]:
+    """The ``replace`` commits (rewrites) from ``head`` back to ``since`` (excluded), newest first."""
+    return [row for row in state.history().back_from(head, since) if row.operation == "replace"]

@@ -66,13 +66,14 @@ class TableState:
     def history(self) -> SnapshotHistory:
         """Every snapshot still in the metadata, with its parent and summary."""
         rows = self.spark.sql(
-            sql.metadata_query(self.identifier, "snapshots", "snapshot_id, parent_id, summary")
+            sql.metadata_query(self.identifier, "snapshots", "snapshot_id, parent_id, summary, operation")
         ).collect()
         return SnapshotHistory(
             SnapshotRow(
                 snapshot_id=int(row.snapshot_id),
                 parent_id=int(row.parent_id) if row.parent_id is not None else None,
                 summary=dict(row.summary or {}),
+                operation=row.operation,
             )
             for row in rows
         )
