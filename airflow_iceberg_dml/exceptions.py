@@ -40,7 +40,7 @@ class InvalidPredicateError(IcebergDmlError):
 
 
 class UnknownColumnError(IcebergDmlError):
-    """A column named in ``where`` or ``set`` is not in the table's schema."""
+    """A column named in ``where``, ``set`` or a data-quality check is not in the table's schema."""
 
 
 class InvalidExpressionError(IcebergDmlError):
@@ -57,6 +57,14 @@ class SnapshotMismatchError(IcebergDmlError):
 
 class GuardExceededError(IcebergDmlError):
     """The change would touch more rows than ``max_rows_affected`` / ``max_fraction_affected`` allow."""
+
+
+class DuplicateSourceRowsError(IcebergDmlError):
+    """A MERGE's ``on`` pairs one target row with more than one source row."""
+
+
+class SliceViolationError(IcebergDmlError):
+    """A slice overwrite's new rows fall outside the slice they replace."""
 
 
 class AuditFailedError(IcebergDmlError):
@@ -109,7 +117,8 @@ class InvalidSnapshotFilterError(IcebergDmlError, ValueError):
 
 
 class SnapshotNotFoundError(IcebergDmlError):
-    """The snapshot named by ``newer_than_snapshot_id`` is not in the table (wrong id, or expired)."""
+    """The snapshot named by ``newer_than_snapshot_id`` (or a check's ``snapshot_id``) is not in the table
+    (wrong id, or expired), or a check found no snapshot at all to check (a table never written)."""
 
 
 class CatalogUnavailableError(IcebergDmlError):
@@ -134,6 +143,19 @@ class InvalidSubjectsError(IcebergDmlError, ValueError):
 class ErasureIncompleteError(IcebergDmlError):
     """After a purge, an erased key is still in a file of the table (a protected tag or branch, a
     snapshot younger than the minimum retention, a file that could not be deleted)."""
+
+
+class InvalidCheckError(IcebergDmlError, ValueError):
+    """A data-quality check is malformed: an unknown kind, a field missing or of another kind, a condition
+    that is not one deterministic boolean expression, or a query that does not return one whole number."""
+
+
+class DataQualityCheckFailedError(IcebergDmlError):
+    """A data-quality check counted failing rows (``fail_on_failure=True``); the message names each."""
+
+
+class CheckResultUnavailableError(IcebergDmlError):
+    """A check's counts did not come back to Airflow: its driver ran remotely (cluster deploy mode)."""
 
 
 def error_from_record(error_type: str, message: str, retryable: bool | None = None) -> IcebergDmlError:

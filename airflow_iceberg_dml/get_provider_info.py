@@ -26,6 +26,22 @@ _CONFIG: dict[str, Any] = {
 }
 
 
+#: Every module of ``operators/`` that defines an operator (tests/test_structure.py checks the list).
+_OPERATOR_MODULES = (
+    "airflow_iceberg_dml.operators.base",
+    "airflow_iceberg_dml.operators.dml",
+    "airflow_iceberg_dml.operators.delete",
+    "airflow_iceberg_dml.operators.update",
+    "airflow_iceberg_dml.operators.merge",
+    "airflow_iceberg_dml.operators.overwrite",
+    "airflow_iceberg_dml.operators.compaction",
+    "airflow_iceberg_dml.operators.maintenance_base",
+    "airflow_iceberg_dml.operators.maintenance",
+    "airflow_iceberg_dml.operators.erase",
+    "airflow_iceberg_dml.operators.check",
+)
+
+
 def get_provider_info() -> dict[str, Any]:
     # The `iceberg`, `spark` and `spark_connect` connection types belong to the official Iceberg and
     # Spark providers (dependencies of this one); registering them again would clash, so the hooks
@@ -46,16 +62,7 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Apache Iceberg DML",
-                "python-modules": [
-                    "airflow_iceberg_dml.operators.base",
-                    "airflow_iceberg_dml.operators.dml",
-                    "airflow_iceberg_dml.operators.delete",
-                    "airflow_iceberg_dml.operators.update",
-                    "airflow_iceberg_dml.operators.compaction",
-                    "airflow_iceberg_dml.operators.maintenance_base",
-                    "airflow_iceberg_dml.operators.maintenance",
-                    "airflow_iceberg_dml.operators.erase",
-                ],
+                "python-modules": list(_OPERATOR_MODULES),
             }
         ],
         "hooks": [

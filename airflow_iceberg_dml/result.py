@@ -277,3 +277,49 @@ def _commit_result(
         replayed=replayed,
         health=health,
     )
+
+
+class MergeResult(DmlResult):
+    """What a MERGE (or slice overwrite) task returns: a DML result, plus ``merge``."""
+
+    merge: dict[str, Any]
+    """``updated``, ``deleted``, ``inserted``: target rows per action, from the commit's own counters
+    (for a dry run, what would change); ``clauses``: rows per clause in order (``clause``, ``when``,
+    ``then``, ``rows``), from the job's count at the head it merged into (None when replayed);
+    ``source_snapshot_id``: the source table's snapshot that was read; ``duplicate_matches`` on a
+    dry run: target rows paired with more than one source row."""
+
+
+#: The commit's own MERGE counters (Spark's, in the snapshot summary) per action.
+_MERGE_COUNTERS = {
+    "updated": ("matched-updated", "not-matched-by-source-updated"),
+    "deleted": ("matched-deleted", "not-matched-by-source-deleted"),
+    "inserted": ("inserted",),
+}
+_ACTIONS = {"update": "updated", "update *": "updated", "delete": "deleted", "insert": "inserted"}
+
+
+def merge_result(record: JobRecord | None, *, snapshot: Snapshot | None = None, **fields: Any) -> MergeResult:
+    """A MERGE task's result: :func:`dml_result` with the counts per action and per clause."""
+    base = dml_result(record, snapshot=snapshot, **fields)
+    own = record is not None and record.outcome is not Outcome.REPLAYED
+    details = dict(record.details) if record is not None and own else {}
+    clauses = details.get("clauses")
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    prefix = "spark.merge-into.num-target-rows-"
+    if not base["noop"] and any(key.startswith(prefix) for key in summary):
+        by_action = {
+            action: sum(_count(summary, prefix + key) for key in keys)
+            for action, keys in _MERGE_COUNTERS.items()
+        }
+    else:
+        by_action = dict.fromkeys(_MERGE_COUNTERS, 0)
+        for clause in clauses or []:
+            by_action[_ACTIONS.get(clause["then"], "inserted")] += clause["rows"]
+    merge = {
+        **by_action,
+        "clauses": clauses,
+        "source_snapshot_id": snapshot_id_text(details.get("source_snapshot_id")),
+        **({"duplicate_matches": details["duplicate_matches"]} if "duplicate_matches" in details else {}),
+    }
+    return MergeResult(**base, merge=merge)

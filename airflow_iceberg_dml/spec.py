@@ -8,6 +8,7 @@ and are all importable from here. Standard library only: this runs inside the Sp
 
 from __future__ import annotations
 
+from airflow_iceberg_dml.specs.check import Check, CheckKind, CheckSpec
 from airflow_iceberg_dml.specs.common import (
     LOG_PREFIX,
     PACKAGE_VERSION,
@@ -39,6 +40,7 @@ from airflow_iceberg_dml.specs.maintenance import (
     RewriteManifestsCall,
     RewritePositionDeleteFilesCall,
 )
+from airflow_iceberg_dml.specs.merge import MergeAction, MergeClause, MergeSource, MergeSpec, MergeWhen
 from airflow_iceberg_dml.specs.record import JobRecord, Outcome
 
 __all__ = [
@@ -47,6 +49,9 @@ __all__ = [
     "PACKAGE_VERSION",
     "SPEC_VERSION",
     "Audits",
+    "Check",
+    "CheckKind",
+    "CheckSpec",
     "CommitPolicy",
     "CompactionStrategy",
     "DmlSpec",
@@ -62,6 +67,11 @@ __all__ = [
     "JsonSpec",
     "MaintenanceProcedure",
     "MaintenanceSpec",
+    "MergeAction",
+    "MergeClause",
+    "MergeSource",
+    "MergeSpec",
+    "MergeWhen",
     "Outcome",
     "Parameter",
     "Plan",

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 DAG_FILE = REPO / "dags" / "iceberg_dml_backfill.py"
+OVERWRITE_DAG_FILE = REPO / "dags" / "iceberg_backfill_overwrite.py"
+OVERWRITE_DAG_ID = "iceberg_backfill_overwrite"
 DAG_ID = "iceberg_dml_backfill"
 TABLE = f"{NAMESPACE}.backfill_orders"
 #: Eight days across a year boundary: the changes meet in the 1994 and the 1995 partitions.
@@ -45,7 +47,7 @@ def airflow(connect_server: Any) -> Iterator[AirflowDeployment]:
         deployment = AirflowDeployment(
             SESSION_TMP / "backfill-airflow",
             create_database(server_uri, "airflow"),
-            [DAG_FILE],  # the example DAG as written, alone in its folder
+            [DAG_FILE, OVERWRITE_DAG_FILE],  # the example DAGs as written, alone in their folder
             parallelism=8,
             # The warm engine: spark_default names the session's Spark Connect server.
             env={"AIRFLOW_CONN_SPARK_DEFAULT": connect_server.connection_uri},
@@ -125,3 +127,43 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
         "restate_prices": len(days_with_orders),
         "remove_test_orders": len(days_with_test_orders),
     }
+
+
+def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
+    airflow: AirflowDeployment, catalog_hook: Any
+) -> None:
+    """Four days at ``--max-active-runs 4``, then the same days again (``--reprocess-behavior
+    completed``): each time the summary equals the one computed here from the orders with pyarrow."""
+    orders = f"{NAMESPACE}.overwrite_backfill_orders"
+    summary = f"{NAMESPACE}.overwrite_backfill_summary"
+    table = create_orders_table(catalog_hook.catalog, orders, "0.01")
+    first, last = dt.date(1995, 3, 1), dt.date(1995, 3, 4)
+    expected: Counter[tuple[Any, ...]] = Counter()
+    revenue: dict[tuple[Any, ...], Decimal] = {}
+    for row in table.scan().to_arrow().to_pylist():
+        if first <= row["o_orderdate"] <= last:
+            key = (row["o_orderdate"], row["o_orderpriority"])
+            expected[key] += 1
+            revenue[key] = revenue.get(key, Decimal(0)) + row["o_totalprice"]
+    want = sorted((*key, count, revenue[key]) for key, count in expected.items())
+    backfill = [
+        "backfill", "create", "--dag-id", OVERWRITE_DAG_ID,
+        "--from-date", first.isoformat(), "--to-date", last.isoformat(), "--max-active-runs", "4",
+        "--dag-run-conf", json.dumps({"orders": orders, "table": summary}),
+    ]  # fmt: skip
+    airflow.wait_for_dag(OVERWRITE_DAG_ID)
+
+    for attempt in (1, 2):
+        airflow.run(*backfill, *(["--reprocess-behavior", "completed"] if attempt == 2 else []))
+
+        def states(attempt: int = attempt) -> list[str]:
+            rows = airflow.query(
+                "SELECT state, try_number FROM task_instance WHERE dag_id = %s AND task_id = 'recompute_day'",
+                OVERWRITE_DAG_ID,
+            )
+            return [state for state, tries in rows if tries == attempt and state in ("success", "failed")]
+
+        airflow.wait_for(f"backfill {attempt} of {OVERWRITE_DAG_ID}", lambda: len(states()) == 4, TIMEOUT_S)
+        assert states() == ["success"] * 4
+        after = catalog_hook.load_table(summary).scan().to_arrow().to_pylist()
+        assert sorted(tuple(row.values()) for row in after) == want, f"backfill {attempt}"

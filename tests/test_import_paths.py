@@ -14,7 +14,7 @@ PUBLIC_NAMES = {
         "CommitPolicy Audits DmlSpec Outcome JobRecord MAINTENANCE_PROCEDURE_KEY MaintenanceProcedure "
         "CompactionStrategy RewriteDataFilesCall RewritePositionDeleteFilesCall RewriteManifestsCall "
         "ExpireSnapshotsCall RemoveOrphanFilesCall ProcedureCall MaintenanceSpec ErasureMode ErasureTarget "
-        "ErasureSpec"
+        "ErasureSpec Check CheckKind CheckSpec MergeAction MergeClause MergeSource MergeSpec MergeWhen"
     ),
     "airflow_iceberg_dml.health": (
         "MIB DEFAULT_MAX_SNAPSHOT_AGE_MS DEFAULT_MIN_SNAPSHOTS_TO_KEEP MAX_SNAPSHOT_AGE_PROPERTY "

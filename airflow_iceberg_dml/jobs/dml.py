@@ -14,18 +14,23 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
     IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
-    WriteModeConflictError,
 )
 from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
 from airflow_iceberg_dml.jobs.dml_impact import DmlImpact
 from airflow_iceberg_dml.jobs.dml_validation import DmlValidation
+from airflow_iceberg_dml.jobs.row_level import (
+    apply_isolation_level,
+    commit_summary,
+    earlier_commit,
+    find_own_commit,
+    resolve_write_mode,
+)
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_condition,
@@ -51,10 +56,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from pyspark.sql import DataFrame, SparkSession
-
-SNAPSHOT_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
-ICEBERG_DEFAULT_WRITE_MODE = WriteMode.COPY_ON_WRITE
-_MODE_PROPERTY = {JobKind.DELETE: "write.delete.mode", JobKind.UPDATE: "write.update.mode"}
 
 
 def _one_line(statement: str) -> str:
@@ -233,12 +234,8 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
     # -- exactly once, guards, write-audit-publish --------------------------------------------------
 
     def _earlier_commit(self, head: int | None) -> int | None:
-        """A commit of this run key (any try) in the history of the ref, newest first."""
-        run_key = self.spec.run_key
-        if not self.spec.commit_policy.exactly_once or run_key is None or head is None:
-            return None
-        earlier = self.state.history().ours(head, CommitMarks(run_key=run_key))
-        return earlier[0] if earlier else None
+        policy = self.spec.commit_policy
+        return earlier_commit(self.state, head, self.spec.run_key, policy.exactly_once)
 
     def _matches_any(self, head: int) -> bool:
         """Whether any row at the head snapshot matches: reads until the first match, or every file
@@ -276,26 +273,9 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
 
     def _resolve_write_mode(self, properties: Mapping[str, str]) -> WriteMode:
         """Which mode this change will use; set the table property when the table has none."""
-        requested = self.spec.write_mode
-        key = _MODE_PROPERTY[self.spec.kind]
-        configured_text = properties.get(key)
-        configured = WriteMode(configured_text) if configured_text else None
-        if requested is WriteMode.TABLE:
-            return configured or ICEBERG_DEFAULT_WRITE_MODE
-        if configured is None:
-            log(
-                f"Table property {key} is unset (Iceberg default: copy-on-write); "
-                f"setting it to {requested.value}."
-            )
-            self.spark.sql(sql.set_table_property(self._base(), key, requested.value))
-            return requested
-        if configured is not requested:
-            raise WriteModeConflictError(
-                f"Table {self.spec.table!r} has {key}={configured.value} but "
-                f"write_mode={requested.value} was requested. Pass write_mode='{configured.value}' or "
-                "write_mode='table' to follow the table, or change the table property."
-            )
-        return requested
+        return resolve_write_mode(
+            self.spark, self.state, properties, self.spec.kind.value, self.spec.write_mode
+        )
 
     def _statement(self, target: str, where: str, assignments: Mapping[str, str]) -> str:
         if self.spec.kind is JobKind.DELETE:
@@ -304,12 +284,7 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
 
     def _apply_isolation_level(self, properties: Mapping[str, str]) -> None:
         level = self.spec.commit_policy.isolation_level
-        if level is None:
-            return
-        key = f"write.{self.spec.kind.value}.isolation-level"
-        if properties.get(key, "serializable") != level.value:
-            log(f"Setting table property {key}={level.value}")
-            self.spark.sql(sql.set_table_property(self._base(), key, level.value))
+        apply_isolation_level(self.spark, self.state, properties, self.spec.kind.value, level)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -317,15 +292,8 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
         return {**self.spec.snapshot_properties, SummaryKey.PLAN: plan.value, SummaryKey.JOB_ID: self.job_id}
 
     def _execute(self, statement: str, plan: Plan) -> None:
-        # Session-wide settings: unset afterwards so that no later commit of this session inherits them.
-        keys = [SNAPSHOT_PROPERTY_CONF + key for key in self._commit_properties(plan)]
-        for key, value in zip(keys, self._commit_properties(plan).values(), strict=True):
-            self.spark.conf.set(key, value)
-        try:
+        with commit_summary(self.spark, self._commit_properties(plan)):
             self.spark.sql(statement)
-        finally:
-            for key in keys:
-                self.spark.conf.unset(key)
 
     def _truncate(self, head_before: int, ref: str) -> None:
         """Drop every file in one commit that adds none, tagged like every other commit of ours.
@@ -353,15 +321,8 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
         writer.overwrite(self.functions.lit(True))
 
     def _find_commit(self, head_before: int, ref: str) -> int | None:
-        """The snapshot this job committed on ``ref`` since ``head_before``, if any: the one carrying its
-        job id, else (a metadata-only delete that Spark planned by itself carries no property of ours)
-        one that its Spark application committed with no job id."""
-        self.state.refresh()
-        history, head = self.state.history(), self.state.head(ref)
-        found = history.ours(head, CommitMarks(job_id=self.job_id), stop_at=head_before) or history.ours(
-            head, CommitMarks(spark_app_id=self.app_id, untagged=True), stop_at=head_before
-        )
-        return found[0] if found else None
+        """The snapshot this job committed on ``ref`` since ``head_before``, if any."""
+        return find_own_commit(self.state, ref, head_before, self.job_id, self.app_id)
 
 
 def run_spec(spark: SparkSession, spec: DmlSpec) -> JobRecord:

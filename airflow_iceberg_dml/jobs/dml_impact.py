@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.jobs.table_state import TableState
-    from airflow_iceberg_dml.spec import DmlSpec
+    from airflow_iceberg_dml.spec import DmlSpec, Guards
 
 
 def _json_value(value: Any) -> Any:
@@ -69,15 +69,18 @@ class DmlImpact:
         }
 
     def _check_guards(self, impact: Mapping[str, Any]) -> None:
-        guards = self.spec.guards
-        matched, total = impact["rows_matched"], impact["rows_total"]
-        if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
-            raise GuardExceededError(
-                f"The change would touch {matched} of {total} rows, more than "
-                f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
-            )
-        if guards.max_fraction_affected is not None and impact["fraction"] > guards.max_fraction_affected:
-            raise GuardExceededError(
-                f"The change would touch {matched} of {total} rows ({impact['fraction']:.2%}), more than "
-                f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."
-            )
+        check_guards(self.spec.guards, impact["rows_matched"], impact["rows_total"], impact["fraction"])
+
+
+def check_guards(guards: Guards, matched: int, total: int, fraction: float) -> None:
+    """Fail, committing nothing, when ``matched`` rows of ``total`` (``fraction``) exceed a guard."""
+    if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
+        raise GuardExceededError(
+            f"The change would touch {matched} of {total} rows, more than "
+            f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
+        )
+    if guards.max_fraction_affected is not None and fraction > guards.max_fraction_affected:
+        raise GuardExceededError(
+            f"The change would touch {matched} of {total} rows ({fraction:.2%}), more than "
+            f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."
+        )

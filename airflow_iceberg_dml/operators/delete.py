@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
 from airflow_iceberg_dml.spec import JobKind
@@ -23,3 +23,6 @@ class IcebergDeleteOperator(BaseIcebergDmlOperator):
     """
 
     job_kind: ClassVar[JobKind] = JobKind.DELETE
+
+    def __init__(self, *, where: str, **kwargs: Any) -> None:
+        super().__init__(where=where, **kwargs)

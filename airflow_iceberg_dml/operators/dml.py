@@ -55,6 +55,14 @@ if TYPE_CHECKING:
 
     from airflow_iceberg_dml.health import HealthReport
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.spec import MergeSpec
+
+
+#: What the asset event of a change carries of its result.
+ASSET_EVENT_KEYS = (
+    *("snapshot_id", "parent_snapshot_id", "operation", "branch"),
+    *("noop", "replayed", "dry_run", "rows_deleted", "rows_inserted"),
+)
 
 
 class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOperator[int | None, DmlResult]):
@@ -144,7 +152,7 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         self,
         *,
         table: str,
-        where: str,
+        where: str | None = None,
         parameters: Mapping[str, ScalarParameter] | None = None,
         snapshot_properties: Mapping[str, str] | None = None,
         branch: str | None = None,
@@ -204,9 +212,17 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         """UPDATE's ``set``; empty for DELETE."""
         return {}
 
+    def change_name(self) -> str:
+        """What the task does, for its log: ``DELETE``, ``UPDATE``, ``MERGE``."""
+        return self.job_kind.value.upper()
+
+    def change_text(self) -> str:
+        """Which rows the task changes, for its log."""
+        return f"where: {self.where}"
+
     # -- the spec and the result: pure ----------------------------------------------------------------
 
-    def build_spec(self, context: Context, table: Table) -> DmlSpec:
+    def build_spec(self, context: Context, table: Table) -> DmlSpec | MergeSpec:
         """The job spec of this task for ``table``, its input checked against the table's metadata.
 
         Reads nothing but the task instance in ``context`` and the table's schema. Bad input raises
@@ -230,7 +246,7 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
             kind=self.job_kind,
             catalog=table.catalog.name,
             table=self.table,
-            where=self.where,
+            where=str(self.where),  # checked_assignments refused a missing one
             assignments=assignments,
             parameters=dict(self.parameter_values or {}),
             write_mode=WriteMode(self.write_mode),
@@ -271,18 +287,19 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
                 "Nothing was written."
             )
         self.log.info(
-            "%s on %s.%s (ref %s, head snapshot %s), write mode %s, where: %s",
-            self.job_kind.value.upper(),
-            spec.catalog,
+            "%s on %s (ref %s, head snapshot %s), write mode %s, %s",
+            self.change_name(),
             self.table,
             self.branch or "main",
             head_id,
             spec.write_mode.value,
-            self.where,
+            self.change_text(),
         )
         return JobPlan(spec, head_id)
 
-    def _replay(self, run: JobRun, table: Table, spec: DmlSpec, head_id: int | None) -> DmlResult | None:
+    def _replay(
+        self, run: JobRun, table: Table, spec: DmlSpec | MergeSpec, head_id: int | None
+    ) -> DmlResult | None:
         """The result of an earlier try of this run key that committed, or None (exactly once)."""
         if not spec.commit_policy.exactly_once or spec.dry_run or spec.run_key is None:
             return None
@@ -347,17 +364,8 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         if result["noop"] and not self.asset_event_on_noop:
             self.log.info("No asset event: nothing was committed (asset_event_on_noop=False).")
             return []
-        extra: dict[str, JsonValue] = {
-            "snapshot_id": result["snapshot_id"],
-            "parent_snapshot_id": result["parent_snapshot_id"],
-            "operation": result["operation"],
-            "branch": result["branch"],
-            "noop": result["noop"],
-            "replayed": result["replayed"],
-            "dry_run": result["dry_run"],
-            "rows_deleted": result["rows_deleted"],
-            "rows_inserted": result["rows_inserted"],
-        }
+        values: Mapping[str, JsonValue] = result  # type: ignore[assignment]
+        extra = {key: values[key] for key in ASSET_EVENT_KEYS}
         return [(Asset(uri=table_asset_uri(self.catalog_conn_id, self.table)), extra)]
 
     def log_result(self, result: DmlResult) -> None:

@@ -28,8 +28,8 @@ class IcebergUpdateOperator(BaseIcebergDmlOperator):
     job_kind: ClassVar[JobKind] = JobKind.UPDATE
     template_fields: Sequence[str] = (*BaseIcebergDmlOperator.template_fields, "set")
 
-    def __init__(self, *, set: Mapping[str, str], **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, where: str, set: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(where=where, **kwargs)
         self.set = set
 
     def assignments(self) -> dict[str, str]:

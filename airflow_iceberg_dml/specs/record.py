@@ -24,6 +24,8 @@ class Outcome(StrEnum):
     """A dry run: what would change is in ``details``; nothing was committed."""
     REPLAYED = "replayed"
     """An earlier try of the same run key had committed: its snapshot is returned, nothing new."""
+    CHECKED = "checked"
+    """Read-only data-quality checks ran; their counts are in ``details``; nothing was committed."""
     FAILED = "failed"
     """The job stopped before committing; ``error_type`` and ``error_message`` say why."""
 

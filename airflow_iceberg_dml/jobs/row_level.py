@@ -1,0 +1,109 @@
+"""What every row-level change job does around its statement (DELETE, UPDATE, MERGE): the table's
+write mode and isolation level, the commit's summary entries, and finding its own commit."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.exceptions import WriteModeConflictError
+from airflow_iceberg_dml.jobs.runner import log
+from airflow_iceberg_dml.spec import IsolationLevel, RunKey, WriteMode
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml.jobs.table_state import TableState
+
+SNAPSHOT_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
+ICEBERG_DEFAULT_WRITE_MODE = WriteMode.COPY_ON_WRITE
+
+
+def resolve_write_mode(
+    spark: SparkSession,
+    state: TableState,
+    properties: Mapping[str, str],
+    operation: str,
+    requested: WriteMode,
+) -> WriteMode:
+    """Which mode a change of ``operation`` (delete, update, merge) will use; the table's property
+    ``write.<operation>.mode`` is set to ``requested`` when the table has none."""
+    key = f"write.{operation}.mode"
+    configured_text = properties.get(key)
+    configured = WriteMode(configured_text) if configured_text else None
+    if requested is WriteMode.TABLE:
+        return configured or ICEBERG_DEFAULT_WRITE_MODE
+    if configured is None:
+        log(
+            f"Table property {key} is unset (Iceberg default: copy-on-write); "
+            f"setting it to {requested.value}."
+        )
+        spark.sql(sql.set_table_property(state.identifier, key, requested.value))
+        return requested
+    if configured is not requested:
+        raise WriteModeConflictError(
+            f"Table {state.table!r} has {key}={configured.value} but "
+            f"write_mode={requested.value} was requested. Pass write_mode='{configured.value}' or "
+            "write_mode='table' to follow the table, or change the table property."
+        )
+    return requested
+
+
+def apply_isolation_level(
+    spark: SparkSession,
+    state: TableState,
+    properties: Mapping[str, str],
+    operation: str,
+    level: IsolationLevel | None,
+) -> None:
+    """Set ``write.<operation>.isolation-level`` when a level is asked for and the table has another."""
+    if level is None:
+        return
+    key = f"write.{operation}.isolation-level"
+    if properties.get(key, IsolationLevel.SERIALIZABLE.value) != level.value:
+        log(f"Setting table property {key}={level.value}")
+        spark.sql(sql.set_table_property(state.identifier, key, level.value))
+
+
+@contextmanager
+def commit_summary(spark: SparkSession, properties: Mapping[str, str]) -> Iterator[None]:
+    """Iceberg adds ``properties`` to the summary of the commits a SQL statement makes meanwhile.
+
+    Session-wide settings: unset afterwards so that no later commit of this session inherits them.
+    """
+    keys = [SNAPSHOT_PROPERTY_CONF + key for key in properties]
+    for key, value in zip(keys, properties.values(), strict=True):
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in keys:
+            spark.conf.unset(key)
+
+
+def find_own_commit(
+    state: TableState, ref: str, head_before: int | None, job_id: str, app_id: str
+) -> int | None:
+    """The snapshot a job committed on ``ref`` since ``head_before``, if any: the one carrying its
+    job id, else (a metadata-only delete that Spark planned by itself carries no property of ours)
+    one that its Spark application committed with no job id."""
+    state.refresh()
+    history, head = state.history(), state.head(ref)
+    found = history.ours(head, CommitMarks(job_id=job_id), stop_at=head_before) or history.ours(
+        head, CommitMarks(spark_app_id=app_id, untagged=True), stop_at=head_before
+    )
+    return found[0] if found else None
+
+
+def earlier_commit(
+    state: TableState, head: int | None, run_key: RunKey | None, exactly_once: bool
+) -> int | None:
+    """A commit of ``run_key`` (any try) in the history of ``head``, newest first (exactly once)."""
+    if not exactly_once or run_key is None or head is None:
+        return None
+    earlier = state.history().ours(head, CommitMarks(run_key=run_key))
+    return earlier[0] if earlier else None

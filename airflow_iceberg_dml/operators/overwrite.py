@@ -1,0 +1,89 @@
+"""IcebergOverwriteOperator: replace one slice of an Iceberg table (typically a day) in one commit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_iceberg_dml.exceptions import InvalidPredicateError
+from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+from airflow_iceberg_dml.spec import MergeAction, MergeClause, MergeWhen
+from airflow_iceberg_dml.sql import expression_problem
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from airflow.sdk import Context
+    from pyiceberg.table import Table
+
+    from airflow_iceberg_dml.spec import MergeSpec
+
+
+class IcebergOverwriteOperator(IcebergMergeOperator):
+    """Replace exactly the rows of ``table`` that match ``where`` by the rows of a query or a table,
+    in one atomic commit: the backfill of a day, re-runnable.
+
+    Running it again for the same slice gives the same table: the slice's rows are deleted and the
+    new rows inserted together, whatever an earlier run left. A retry of a try that committed
+    commits nothing more (run key). Before writing, the job checks that every new row satisfies
+    ``where``: a row outside the slice fails the task
+    (:class:`~airflow_iceberg_dml.exceptions.SliceViolationError`), so an overwrite can never add
+    rows that a re-run of its slice would not replace, nor change a row outside it. The source must
+    have exactly the table's columns (by name, in any order).
+
+    Merge-on-read by default, like a MERGE (``write.merge.mode``): the slice's old rows go to delete
+    files (deletion vectors on v3), in files that may mix slices; compaction folds them in later.
+
+    :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
+    :param where: The slice: a Spark SQL predicate over the table's columns, e.g.
+        ``"ds = '{{ ds }}'"`` or ``"ds = :ds"`` with ``parameters={"ds": "{{ ds }}"}``. Required;
+        ``"TRUE"`` replaces the whole table. (templated)
+    :param source_query: The new rows: a Spark SQL SELECT (``:name`` markers allowed). (templated)
+    :param source_table: Instead of ``source_query``: a table of the same catalog, read at one
+        snapshot (its head when the job starts, or ``source_snapshot_id``). (templated)
+    :param source_snapshot_id: With ``source_table``: read this snapshot. (templated)
+
+    The result is a MERGE's (:class:`~airflow_iceberg_dml.operators.merge.IcebergMergeOperator`):
+    ``merge.inserted`` new rows, ``merge.deleted`` rows of the slice replaced. Other parameters:
+    see :class:`~airflow_iceberg_dml.operators.dml.BaseIcebergDmlOperator`.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "source_table",
+        "source_snapshot_id",
+        "source_query",
+        "parameter_values",
+        "snapshot_properties",
+        "branch",
+        "expected_snapshot_id",
+    )
+    template_fields_renderers: ClassVar[dict[str, str]] = {
+        "where": "sql",
+        "source_query": "sql",
+        "parameter_values": "json",
+    }
+    application_name_prefix: ClassVar[str] = "iceberg-overwrite"
+
+    def __init__(self, *, where: str, **kwargs: Any) -> None:
+        # The job plans the MERGE itself from the table's columns and the slice (jobs/merge.py).
+        inserts = [MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL)]
+        super().__init__(on="FALSE", clauses=inserts, where=where, **kwargs)
+
+    def change_name(self) -> str:
+        return "OVERWRITE"
+
+    def change_text(self) -> str:
+        source = f"table {self.source_table}" if self.source_table else "a query"
+        return f"slice: {self.where}, new rows from {source}"
+
+    def build_spec(self, context: Context, table: Table) -> MergeSpec:
+        if not isinstance(self.where, str) or not self.where.strip():
+            raise InvalidPredicateError(
+                'where is required: the slice to replace, e.g. "ds = \'{{ ds }}\'" ("TRUE": the whole table).'
+            )
+        problem = expression_problem(self.where)
+        if problem:
+            raise InvalidPredicateError(f"where={self.where!r}: {problem}")
+        return replace(super().build_spec(context, table), overwrite=self.where)

@@ -1,0 +1,403 @@
+"""MERGE INTO and slice overwrite on real Spark + Iceberg, checked against SQLite; one shared SparkSession."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from airflow_iceberg_dml.exceptions import (
+    DuplicateSourceRowsError,
+    GuardExceededError,
+    InvalidExpressionError,
+    SliceViolationError,
+    UnknownColumnError,
+)
+from airflow_iceberg_dml.jobs.merge import MergeJob
+from airflow_iceberg_dml.spec import (
+    Guards,
+    MergeAction,
+    MergeClause,
+    MergeSource,
+    MergeSpec,
+    MergeWhen,
+    Outcome,
+    RunKey,
+)
+from tests.conftest import CATALOG, load, new_table_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+RUN_KEY = RunKey("merge_dag", "merge_task", "manual__2026-11-25", -1)
+
+#: Target rows: id, status, amount. NULL ids never match; 'P' rows move partition when updated.
+TARGET_ROWS = [
+    *[(i, "OPF"[i % 3], float(i)) for i in range(1, 41)],
+    (None, "O", 100.0),
+    (None, "P", 101.0),
+]
+#: Source rows: id, status, amount, op. Matches (some deleted, some moving partition), new ids, a
+#: NULL id (inserted: it matches nothing), a NULL op (its delete condition is NULL: updated).
+SOURCE_ROWS = [
+    (2, "F", 20.5, "U"),
+    (3, "O", 30.5, "U"),  # 'P' -> 'O': moves partition
+    (5, "F", 0.0, "D"),
+    (6, "P", 60.5, "D"),
+    (7, "P", 70.5, None),
+    (50, "O", 500.0, "U"),
+    (51, "F", 510.0, "D"),  # not matched, op D: not inserted
+    (None, "F", 999.0, "U"),
+]
+
+CLAUSES = (
+    MergeClause(MergeWhen.MATCHED, MergeAction.DELETE, condition="s.op = 'D'"),
+    MergeClause(
+        MergeWhen.MATCHED, MergeAction.UPDATE, assignments={"status": "s.status", "amount": "s.amount"}
+    ),
+    MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL, condition="s.op <> 'D'"),
+    MergeClause(MergeWhen.NOT_MATCHED_BY_SOURCE, MergeAction.DELETE, condition="t.status = 'P'"),
+    MergeClause(
+        MergeWhen.NOT_MATCHED_BY_SOURCE,
+        MergeAction.UPDATE,
+        condition="t.status = 'O' AND t.id > 30",
+        assignments={"amount": "t.amount * 2"},
+    ),
+)
+
+#: The same MERGE, by hand in SQLite (which has no MERGE): each clause's rows, then the table after it.
+SQLITE_CLAUSE_ROWS = [
+    "SELECT count(*) FROM t JOIN s ON t.id = s.id WHERE coalesce(s.op = 'D', 0)",
+    "SELECT count(*) FROM t JOIN s ON t.id = s.id WHERE NOT coalesce(s.op = 'D', 0)",
+    "SELECT count(*) FROM s WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id)"
+    " AND coalesce(s.op <> 'D', 0)",
+    "SELECT count(*) FROM t WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = t.id)"
+    " AND coalesce(t.status = 'P', 0)",
+    "SELECT count(*) FROM t WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = t.id) "
+    "AND NOT coalesce(t.status = 'P', 0) AND coalesce(t.status = 'O' AND t.id > 30, 0)",
+]
+SQLITE_AFTER = """
+SELECT t.id, s.status, s.amount FROM t JOIN s ON t.id = s.id WHERE NOT coalesce(s.op = 'D', 0)
+UNION ALL
+SELECT t.id, t.status,
+       CASE WHEN coalesce(t.status = 'O' AND t.id > 30, 0) THEN t.amount * 2 ELSE t.amount END
+FROM t WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = t.id) AND NOT coalesce(t.status = 'P', 0)
+UNION ALL
+SELECT s.id, s.status, s.amount FROM s
+WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id) AND coalesce(s.op <> 'D', 0)
+"""
+
+
+def reference(target: list[tuple[Any, ...]], source: list[tuple[Any, ...]]) -> tuple[list[int], list[Any]]:
+    """Rows per clause and the table after the merge, computed by SQLite."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (id INTEGER, status TEXT, amount REAL)")
+    db.execute("CREATE TABLE s (id INTEGER, status TEXT, amount REAL, op TEXT)")
+    db.executemany("INSERT INTO t VALUES (?, ?, ?)", target)
+    db.executemany("INSERT INTO s VALUES (?, ?, ?, ?)", source)
+    counts = [db.execute(query).fetchone()[0] for query in SQLITE_CLAUSE_ROWS]
+    return counts, sorted(db.execute(SQLITE_AFTER).fetchall(), key=_order)
+
+
+def _order(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (row[0] is None, row[0] or 0, row[1], row[2])
+
+
+def values_sql(rows: list[tuple[Any, ...]]) -> str:
+    def literal(value: Any) -> str:
+        if value is None:
+            return "NULL"
+        return f"'{value}'" if isinstance(value, str) else repr(value)
+
+    return ", ".join("(" + ", ".join(literal(value) for value in row) + ")" for row in rows)
+
+
+def make_tables(spark: SparkSession, format_version: int = 2) -> tuple[str, str]:
+    target, source = new_table_name("merge_target"), new_table_name("merge_source")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{target} (id BIGINT, status STRING, amount DOUBLE) USING iceberg "
+        f"PARTITIONED BY (status) TBLPROPERTIES ('format-version' = '{format_version}')"
+    )
+    # Two inserts: each partition has two data files, so deletes are row-level, not whole files.
+    spark.sql(f"INSERT INTO {CATALOG}.{target} VALUES {values_sql(TARGET_ROWS[::2])}")
+    spark.sql(f"INSERT INTO {CATALOG}.{target} VALUES {values_sql(TARGET_ROWS[1::2])}")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{source} (id BIGINT, status STRING, amount DOUBLE, op STRING) USING iceberg"
+    )
+    spark.sql(f"INSERT INTO {CATALOG}.{source} VALUES {values_sql(SOURCE_ROWS)}")
+    return target, source
+
+
+def merge(spark: SparkSession, target: str, source: MergeSource, **fields: Any) -> Any:
+    fields.setdefault("on", "t.id = s.id")
+    fields.setdefault("clauses", CLAUSES)
+    spec = MergeSpec(
+        catalog=CATALOG,
+        table=target,
+        source=source,
+        run_key=RUN_KEY,
+        snapshot_properties=RUN_KEY.summary_properties(try_number=1),
+        **fields,
+    )
+    return MergeJob(spark, spec).run()
+
+
+def table_rows(catalog_hook: Any, name: str) -> list[tuple[Any, ...]]:
+    arrow = load(catalog_hook, name).scan(selected_fields=("id", "status", "amount")).to_arrow()
+    return sorted((tuple(row.values()) for row in arrow.to_pylist()), key=_order)
+
+
+def head_id(catalog_hook: Any, name: str) -> int | None:
+    snapshot = load(catalog_hook, name).current_snapshot()
+    return snapshot.snapshot_id if snapshot else None
+
+
+@pytest.mark.parametrize("format_version", [2, 3])
+def test_every_clause_kind_gives_the_table_and_counts_sqlite_computes(spark, catalog_hook, format_version):
+    target, source = make_tables(spark, format_version)
+    expected_counts, expected_rows = reference(TARGET_ROWS, SOURCE_ROWS)
+    before = head_id(catalog_hook, target)
+
+    record = merge(spark, target, MergeSource(table=source))
+
+    assert record.outcome is Outcome.COMMITTED, record
+    assert record.write_mode == "merge-on-read"
+    assert [clause["rows"] for clause in record.details["clauses"]] == expected_counts
+    assert table_rows(catalog_hook, target) == expected_rows
+    snapshot = load(catalog_hook, target).current_snapshot()
+    assert snapshot.snapshot_id == record.snapshot_id
+    assert snapshot.parent_snapshot_id == before
+    summary = snapshot.summary.additional_properties
+    assert RUN_KEY.matches(summary)
+    # Iceberg's own MERGE counters in the commit agree with the job's count per clause.
+    deleted, updated, inserted, nmbs_deleted, nmbs_updated = expected_counts
+    assert int(summary["spark.merge-into.num-target-rows-matched-deleted"]) == deleted
+    assert int(summary["spark.merge-into.num-target-rows-matched-updated"]) == updated
+    assert int(summary["spark.merge-into.num-target-rows-inserted"]) == inserted
+    assert int(summary["spark.merge-into.num-target-rows-not-matched-by-source-deleted"]) == nmbs_deleted
+    assert int(summary["spark.merge-into.num-target-rows-not-matched-by-source-updated"]) == nmbs_updated
+    # Merge-on-read: delete files (deletion vectors on v3), no data file of the target rewritten.
+    assert int(summary.get("added-delete-files", 0)) > 0
+    assert "deleted-data-files" not in summary
+    if format_version == 3:
+        assert int(summary.get("added-dvs", 0)) > 0
+
+
+def test_a_retry_of_the_same_run_key_commits_nothing_more(spark, catalog_hook):
+    target, source = make_tables(spark)
+    first = merge(spark, target, MergeSource(table=source))
+    rows = table_rows(catalog_hook, target)
+
+    again = merge(spark, target, MergeSource(table=source))
+
+    assert again.outcome is Outcome.REPLAYED
+    assert again.snapshot_id == first.snapshot_id
+    assert head_id(catalog_hook, target) == first.snapshot_id
+    assert table_rows(catalog_hook, target) == rows
+
+
+def test_an_empty_source_or_one_that_matches_nothing_commits_nothing(spark, catalog_hook):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    matched_only, source_driven = CLAUSES[:2], CLAUSES[:3]
+
+    # (With a clause "when not matched by source", an empty source would change every target row.)
+    empty = merge(
+        spark,
+        target,
+        MergeSource(query=f"SELECT * FROM {CATALOG}.{source} WHERE amount < 0"),
+        clauses=source_driven,
+    )
+    # Spark cannot prove this empty: the ids exist in the source, but not in the target.
+    unmatched = merge(
+        spark,
+        target,
+        MergeSource(query=f"SELECT id + 1000 AS id, status, amount, op FROM {CATALOG}.{source}"),
+        clauses=matched_only,
+    )
+
+    assert empty.outcome is Outcome.NOOP
+    assert unmatched.outcome is Outcome.NOOP
+    assert [clause["rows"] for clause in unmatched.details["clauses"]] == [0, 0]
+    assert head_id(catalog_hook, target) == before
+
+
+def test_a_dry_run_counts_per_clause_and_commits_nothing(spark, catalog_hook):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    expected_counts, _ = reference(TARGET_ROWS, SOURCE_ROWS)
+
+    record = merge(spark, target, MergeSource(table=source), dry_run=True)
+
+    assert record.outcome is Outcome.DRY_RUN
+    assert [clause["rows"] for clause in record.details["clauses"]] == expected_counts
+    assert record.details["duplicate_matches"] == {"target_rows": 0, "source_rows": 0}
+    assert head_id(catalog_hook, target) == before
+
+
+def test_a_source_snapshot_is_read_as_it_was(spark, catalog_hook):
+    target, source = make_tables(spark)
+    old = head_id(catalog_hook, source)
+    spark.sql(f"INSERT INTO {CATALOG}.{source} VALUES (60, 'O', 600.0, 'U')")
+    expected_counts, expected_rows = reference(TARGET_ROWS, SOURCE_ROWS)
+
+    record = merge(spark, target, MergeSource(table=source, snapshot_id=old))
+
+    assert record.details["source_snapshot_id"] == old
+    assert [clause["rows"] for clause in record.details["clauses"]] == expected_counts
+    assert table_rows(catalog_hook, target) == expected_rows
+
+
+def test_the_guard_on_rows_changed_fails_before_writing(spark, catalog_hook):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    expected_counts, _ = reference(TARGET_ROWS, SOURCE_ROWS)
+
+    with pytest.raises(GuardExceededError, match=rf"touch {sum(expected_counts)} of 42 rows"):
+        merge(
+            spark,
+            target,
+            MergeSource(table=source),
+            guards=Guards(max_rows_affected=sum(expected_counts) - 1),
+        )
+    assert head_id(catalog_hook, target) == before
+
+
+DUPLICATED = (
+    f"SELECT * FROM {CATALOG}.{{source}} "
+    "UNION ALL SELECT 2L, 'O', 1.0, 'U' UNION ALL SELECT 3L, 'O', 1.0, 'U'"
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "on", "clauses", "error", "message"),
+    [
+        (
+            DUPLICATED,
+            None,
+            None,
+            DuplicateSourceRowsError,
+            r"pairs 2 target row\(s\) .* \(4 source rows in all\)",
+        ),
+        (
+            f"SELECT id, amount FROM {CATALOG}.{{source}}",
+            None,
+            (MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL),),
+            UnknownColumnError,
+            r"`status`",
+        ),
+        (
+            f"SELECT id, 'not a number' AS amount, status FROM {CATALOG}.{{source}}",
+            None,
+            (MergeClause(MergeWhen.MATCHED, MergeAction.UPDATE_ALL),),
+            InvalidExpressionError,
+            r"cannot be written to its target column.*amount",
+        ),
+        (
+            f"SELECT * FROM {CATALOG}.{{source}}",
+            "1 = 1",
+            None,
+            InvalidExpressionError,
+            r"names no column of the",
+        ),
+        (
+            f"SELECT * FROM {CATALOG}.{{source}}",
+            "t.id = 3",
+            None,
+            InvalidExpressionError,
+            r"names no column of the source",
+        ),
+        (
+            f"SELECT * FROM {CATALOG}.{{source}}",
+            None,
+            (MergeClause(MergeWhen.MATCHED, MergeAction.DELETE, condition="rand() < 0.5"),),
+            InvalidExpressionError,
+            r"[Nn]on-deterministic",
+        ),
+    ],
+    ids=[
+        "duplicate-source-rows",
+        "missing-source-column",
+        "unsafe-type",
+        "on-names-neither",
+        "on-names-no-source",
+        "rand",
+    ],
+)
+def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, query, on, clauses, error, message):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    fields: dict[str, Any] = {}
+    if on is not None:
+        fields["on"] = on
+    if clauses is not None:
+        fields["clauses"] = clauses
+
+    with pytest.raises(error, match=message):
+        merge(spark, target, MergeSource(query=query.format(source=source)), **fields)
+    assert head_id(catalog_hook, target) == before
+
+
+# -- slice overwrite -------------------------------------------------------------------------------------
+
+
+def make_daily(spark: SparkSession) -> str:
+    """A table whose data files mix days (unpartitioned), three days of five rows."""
+    name = new_table_name("daily")
+    spark.sql(f"CREATE TABLE {CATALOG}.{name} (ds STRING, k BIGINT, v DOUBLE) USING iceberg")
+    rows = [(f"2026-11-0{day}", k, float(day * 10 + k)) for day in (1, 2, 3) for k in range(5)]
+    spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES {values_sql(rows)}")
+    return name
+
+
+def overwrite(spark: SparkSession, name: str, day: str, query: str, **fields: Any) -> Any:
+    spec = MergeSpec(
+        catalog=CATALOG,
+        table=name,
+        source=MergeSource(query=query),
+        on="FALSE",
+        clauses=(MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL),),  # planned by the job
+        overwrite="ds = :ds",
+        parameters={"ds": day},
+        **fields,
+    )
+    return MergeJob(spark, spec).run()
+
+
+def daily_rows(catalog_hook: Any, name: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(row.values()) for row in load(catalog_hook, name).scan().to_arrow().to_pylist())
+
+
+def test_a_slice_overwrite_replaces_exactly_its_slice_and_is_idempotent(spark, catalog_hook):
+    name = make_daily(spark)
+    recompute = "SELECT :ds AS ds, id AS k, id * 100.0 AS v FROM range(3)"
+    before = daily_rows(catalog_hook, name)
+    expected = sorted(
+        [row for row in before if row[0] != "2026-11-02"] + [("2026-11-02", k, k * 100.0) for k in range(3)]
+    )
+
+    first = overwrite(spark, name, "2026-11-02", recompute)
+    after_first = daily_rows(catalog_hook, name)
+    second = overwrite(spark, name, "2026-11-02", recompute)
+
+    assert first.outcome is Outcome.COMMITTED
+    assert second.outcome is Outcome.COMMITTED
+    assert after_first == expected
+    assert daily_rows(catalog_hook, name) == expected
+    assert [clause["rows"] for clause in first.details["clauses"]] == [3, 5]
+    assert [clause["rows"] for clause in second.details["clauses"]] == [3, 3]
+
+
+def test_a_slice_overwrite_whose_rows_fall_outside_the_slice_commits_nothing(spark, catalog_hook):
+    name = make_daily(spark)
+    before = head_id(catalog_hook, name)
+
+    with pytest.raises(SliceViolationError, match=r"2 source row\(s\) fall outside the slice 'ds = :ds'"):
+        overwrite(
+            spark,
+            name,
+            "2026-11-02",
+            "SELECT CASE WHEN id < 2 THEN '2026-11-03' ELSE :ds END AS ds, id AS k, 1.0 AS v FROM range(4)",
+        )
+    assert head_id(catalog_hook, name) == before
