@@ -165,5 +165,10 @@ def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
 
         airflow.wait_for(f"backfill {attempt} of {OVERWRITE_DAG_ID}", lambda: len(states()) == 4, TIMEOUT_S)
         assert states() == ["success"] * 4
+        # A DAG has one backfill at a time: the next starts once the scheduler marked this one complete.
+        open_backfills = "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL"
+        airflow.wait_for(
+            "the backfill to complete", lambda: airflow.query(open_backfills, OVERWRITE_DAG_ID) == [(0,)], 120
+        )
         after = catalog_hook.load_table(summary).scan().to_arrow().to_pylist()
         assert sorted(tuple(row.values()) for row in after) == want, f"backfill {attempt}"
