@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 DAG_FILE = REPO / "dags" / "iceberg_dml_backfill.py"
 OVERWRITE_DAG_FILE = REPO / "dags" / "iceberg_backfill_overwrite.py"
 OVERWRITE_DAG_ID = "iceberg_backfill_overwrite"
+OPEN_BACKFILLS = "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL"
 DAG_ID = "iceberg_dml_backfill"
 TABLE = f"{NAMESPACE}.backfill_orders"
 #: Eight days across a year boundary: the changes meet in the 1994 and the 1995 partitions.
@@ -166,9 +167,8 @@ def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
         airflow.wait_for(f"backfill {attempt} of {OVERWRITE_DAG_ID}", lambda: len(states()) == 4, TIMEOUT_S)
         assert states() == ["success"] * 4
         # A DAG has one backfill at a time: the next starts once the scheduler marked this one complete.
-        open_backfills = "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL"
         airflow.wait_for(
-            "the backfill to complete", lambda: airflow.query(open_backfills, OVERWRITE_DAG_ID) == [(0,)], 120
+            "the backfill to complete", lambda: airflow.query(OPEN_BACKFILLS, OVERWRITE_DAG_ID) == [(0,)], 120
         )
         after = catalog_hook.load_table(summary).scan().to_arrow().to_pylist()
         assert sorted(tuple(row.values()) for row in after) == want, f"backfill {attempt}"

@@ -401,3 +401,35 @@ def test_a_slice_overwrite_whose_rows_fall_outside_the_slice_commits_nothing(spa
             "SELECT CASE WHEN id < 2 THEN '2026-11-03' ELSE :ds END AS ds, id AS k, 1.0 AS v FROM range(4)",
         )
     assert head_id(catalog_hook, name) == before
+
+
+def test_update_star_and_insert_values_give_the_table_sqlite_computes(spark, catalog_hook):
+    target, source = make_tables(spark, 3)
+    clauses = (
+        MergeClause(MergeWhen.MATCHED, MergeAction.UPDATE_ALL),
+        MergeClause(
+            MergeWhen.NOT_MATCHED,
+            MergeAction.INSERT,
+            assignments={"id": "s.id", "status": "'N'", "amount": "s.amount + :bonus"},
+        ),
+    )
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE t (id INTEGER, status TEXT, amount REAL)")
+    db.execute("CREATE TABLE s (id INTEGER, status TEXT, amount REAL, op TEXT)")
+    db.executemany("INSERT INTO t VALUES (?, ?, ?)", TARGET_ROWS)
+    db.executemany("INSERT INTO s VALUES (?, ?, ?, ?)", SOURCE_ROWS)
+    expected = sorted(
+        db.execute(
+            "SELECT s.id, s.status, s.amount FROM t JOIN s ON t.id = s.id "
+            "UNION ALL SELECT t.id, t.status, t.amount FROM t "
+            "WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = t.id) "
+            "UNION ALL SELECT s.id, 'N', s.amount + 0.25 FROM s "
+            "WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id)"
+        ).fetchall(),
+        key=_order,
+    )
+
+    record = merge(spark, target, MergeSource(table=source), clauses=clauses, parameters={"bonus": 0.25})
+
+    assert record.outcome is Outcome.COMMITTED
+    assert table_rows(catalog_hook, target) == expected

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_iceberg_dml.demo import create_orders_table
-from tests.conftest import NAMESPACE, load, new_table_name, run_dag, task_states, xcom_result
+from tests.conftest import CATALOG, NAMESPACE, load, new_table_name, run_dag, task_states, xcom_result
 from tests.test_merge import (
     SOURCE_ROWS,
     TARGET_ROWS,
@@ -54,6 +54,23 @@ def test_the_merge_operator_commits_once_with_counts_per_clause(
     assert result["snapshot_id"] == str(snapshot.snapshot_id)
     summary = snapshot.summary.additional_properties
     assert (summary["airflow.dag-id"], summary["airflow.task-id"]) == ("merge_operators_test", "merge")
+    assert asset_event_extras(target, dag_run.run_id) == [(str(snapshot.snapshot_id), str(before))]
+
+
+def asset_event_extras(table: str, run_id: str) -> list[tuple[str, str]]:
+    """(snapshot id, parent) of the asset events of ``table`` a run emitted, read from Airflow's database."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    uri = f"iceberg://{CATALOG}/{table.replace('.', '/')}"
+    with create_session() as session:
+        asset_id = session.query(AssetModel.id).filter(AssetModel.uri == uri).scalar()
+        events = session.query(AssetEvent).filter(AssetEvent.asset_id == asset_id).all()
+        return [
+            (event.extra["snapshot_id"], event.extra["parent_snapshot_id"])
+            for event in events
+            if event.source_run_id == run_id
+        ]
 
 
 def test_the_overwrite_operator_replaces_its_slice_on_every_run(
@@ -153,3 +170,68 @@ def test_the_example_remediation_dag_quarantines_corrects_and_rechecks_the_check
     delete = xcom_result(dag_run, "remove_quarantined")
     assert delete["parent_snapshot_id"] == str(checked)
     assert xcom_result(dag_run, "correct_priorities")["parent_snapshot_id"] == delete["snapshot_id"]
+
+
+def test_merge_clauses_in_their_dict_form_and_their_sql():
+    from airflow_iceberg_dml import merge_sql
+    from airflow_iceberg_dml.exceptions import InvalidExpressionError
+    from airflow_iceberg_dml.operators.merge import merge_clause
+    from airflow_iceberg_dml.spec import MergeAction, MergeClause, MergeWhen
+
+    clauses = [
+        merge_clause({"when": "matched", "condition": "s.op = 'D'", "then": "delete"}),
+        merge_clause({"when": "matched", "then": "update", "set": {"amount": "s.amount"}}),
+        merge_clause({"when": "not matched", "then": "insert", "values": {"id": "s.id"}}),
+        merge_clause({"when": "not matched by source", "then": "delete"}),
+    ]
+    assert clauses[1] == MergeClause(MergeWhen.MATCHED, MergeAction.UPDATE, None, {"amount": "s.amount"})
+    pairing = merge_sql.Pairing("cat.db.t", "t", "SELECT * FROM cat.db.s", "s", "t.id = s.id")
+    statement = merge_sql.merge_statement(pairing, clauses)
+    assert statement.splitlines()[:3] == ["MERGE INTO cat.db.t AS `t`", "USING (", "SELECT * FROM cat.db.s"]
+    assert "WHEN MATCHED AND (\ns.op = 'D'\n) THEN DELETE" in statement
+    assert "WHEN NOT MATCHED THEN INSERT (`id`) VALUES ((\ns.id\n))" in statement
+    assert statement.endswith("WHEN NOT MATCHED BY SOURCE THEN DELETE")
+    # The count query pairs as the MERGE does: source-driven and target-driven clauses need both sides.
+    assert "FULL OUTER JOIN" in merge_sql.clause_count_query(pairing, clauses)
+    assert "INNER JOIN" in merge_sql.clause_count_query(pairing, clauses[:2])
+    # Spark refuses a target row paired twice, unless the only matched clause deletes it unconditionally.
+    assert merge_sql.needs_cardinality_check(clauses)
+    assert not merge_sql.needs_cardinality_check(clauses[3:])
+    assert not merge_sql.needs_cardinality_check([MergeClause(MergeWhen.MATCHED, MergeAction.DELETE)])
+    for bad, problem in [
+        ({"when": "matched", "then": "insert *"}, "takes then = 'update', 'update \\*', 'delete'"),
+        ({"when": "matched", "then": "update"}, "needs its column -> expression assignments"),
+        ({"when": "not matched", "then": "delete"}, "takes then = 'insert'"),
+        ({"when": "matched", "then": "delete", "and": "x"}, "unknown keys: \\['and'\\]"),
+        ({"then": "delete"}, "give 'when' and 'then'"),
+    ]:
+        with pytest.raises(InvalidExpressionError, match=problem):
+            merge_clause(bad)
+
+
+def test_merge_lineage_names_the_source_table_as_an_input(spark, catalog_hook):
+    from airflow_iceberg_dml.operators.base import JobRun
+    from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+    from airflow_iceberg_dml.spec import RunKey
+    from tests.conftest import task_context
+
+    target, source = make_tables(spark)
+    operator = IcebergMergeOperator(
+        task_id="merge",
+        table=target,
+        source_table=source,
+        on="t.id = s.id",
+        clauses=[{"when": "matched", "then": "delete"}],
+    )
+    run = JobRun(task_context(RunKey("d", "merge", "r")), catalog_hook)
+    operator.plan(run, load(catalog_hook, target))
+
+    lineage = operator.get_openlineage_facets_on_start()
+
+    assert [dataset.name.rsplit("/", 1)[-1] for dataset in lineage.inputs] == [
+        target.split(".")[1],
+        source.split(".")[1],
+    ]
+    assert [dataset.name.rsplit("/", 1)[-1] for dataset in lineage.outputs] == [target.split(".")[1]]
+    source_version = lineage.inputs[1].facets["version"].datasetVersion
+    assert source_version == str(head_id(catalog_hook, source))
