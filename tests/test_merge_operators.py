@@ -213,6 +213,7 @@ def test_merge_lineage_names_the_source_table_as_an_input(spark, catalog_hook):
     from airflow_iceberg_dml.operators.base import JobRun
     from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
     from airflow_iceberg_dml.spec import RunKey
+    from airflow_iceberg_dml.sql import table_identifier
     from tests.conftest import task_context
 
     target, source = make_tables(spark)
@@ -235,3 +236,8 @@ def test_merge_lineage_names_the_source_table_as_an_input(spark, catalog_hook):
     assert [dataset.name.rsplit("/", 1)[-1] for dataset in lineage.outputs] == [target.split(".")[1]]
     source_version = lineage.inputs[1].facets["version"].datasetVersion
     assert source_version == str(head_id(catalog_hook, source))
+    assert lineage.job_facets["sql"].query.splitlines()[:3] == [
+        f"MERGE INTO {table_identifier(CATALOG, target)} AS `t`",
+        "USING (",
+        f"SELECT * FROM {table_identifier(CATALOG, source)}",
+    ]

@@ -135,7 +135,8 @@ def dml_statement_text(
 
 @dataclass(frozen=True)
 class DmlStatement:
-    """What a DELETE or UPDATE task says it does, as written: no bound value, only parameter names."""
+    """What a DML task says it does, as written: no bound value, only parameter names. ``text`` is the
+    statement's SQL when it is not a DELETE or UPDATE of ``where`` (a MERGE)."""
 
     kind: str
     table: str
@@ -143,6 +144,7 @@ class DmlStatement:
     assignments: Mapping[str, str]
     branch: str | None
     parameter_names: list[str]
+    text: str | None = None
 
 
 def dml_lineage(
@@ -152,7 +154,7 @@ def dml_lineage(
     what the commit did (``icebergDmlCommit``) and the Spark application (``externalQuery``)."""
     from airflow_iceberg_dml.lineage.facets import IcebergDmlCommitRunFacet, dml_commit_fields
 
-    text = dml_statement_text(
+    text = statement.text or dml_statement_text(
         names.catalog_name, statement.table, statement.where, statement.assignments, statement.branch
     )
     job_facets = {"sql": sql_job_facet(text)}

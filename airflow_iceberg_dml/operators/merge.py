@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.exceptions import InvalidExpressionError
+from airflow_iceberg_dml.merge_sql import Pairing, merge_statement
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, commit_properties, run_key
 from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
 from airflow_iceberg_dml.operators.dml_input import grouped
@@ -27,7 +28,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
-from airflow_iceberg_dml.sql import expression_problem, split_table_name
+from airflow_iceberg_dml.sql import expression_problem, split_table_name, table_identifier
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -174,6 +175,17 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
                     raise InvalidExpressionError(f"{clause.describe()}: {text!r}: {problem}")
         return clauses
 
+    def statement_text(self, catalog: str) -> str:
+        """The MERGE as written (``:name`` markers, not values), for lineage."""
+        try:
+            clauses = self.merge_clauses()
+        except InvalidExpressionError:  # the task fails on it; lineage still names the tables
+            clauses = ()
+        source = self.source_query or f"SELECT * FROM {table_identifier(catalog, str(self.source_table))}"
+        target = table_identifier(catalog, self.table, self.branch)
+        pairing = Pairing(target, self.target_alias, str(source), self.source_alias, str(self.on))
+        return merge_statement(pairing, clauses)
+
     def build_spec(self, context: Context, table: Table) -> MergeSpec:
         """The job spec of this task for ``table``; bad input raises the package's errors here."""
         if self.audits:
@@ -243,6 +255,7 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
             assignments={},
             branch=self.branch,
             parameter_names=[str(name) for name in parameters],
+            text=self.statement_text(names.catalog_name),
         )
         facets = lineage.dml_lineage(names, table, result, statement)
         if self._source_lineage is not None:

@@ -78,6 +78,11 @@ class IcebergOverwriteOperator(IcebergMergeOperator):
         source = f"table {self.source_table}" if self.source_table else "a query"
         return f"slice: {self.where}, new rows from {source}"
 
+    def statement_text(self, catalog: str) -> str:
+        """The overwrite as the MERGE it is planned as (its pairing on the columns aside), for lineage."""
+        text = super().statement_text(catalog)
+        return f"{text}\nWHEN NOT MATCHED BY SOURCE AND (\n{self.where}\n) THEN DELETE"
+
     def build_spec(self, context: Context, table: Table) -> MergeSpec:
         if not isinstance(self.where, str) or not self.where.strip():
             raise InvalidPredicateError(
