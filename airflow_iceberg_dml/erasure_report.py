@@ -88,6 +88,8 @@ class TableReport(TypedDict, total=False):
     tags_dropped: list[str]
     snapshots_expired: int
     files_deleted_by_expiry: int
+    metadata_versions_dropped: int
+    """Earlier ``metadata.json`` versions Iceberg deleted at the end of the purge."""
     verification: Verification
     key_digests: dict[str, Any]
     """From the job to the worker only (salted digests of the erased keys' forms); never reported."""
@@ -142,7 +144,9 @@ def describe_table(name: str, entry: TableReport, erase: bool) -> str:
         f"{entry.get('delete_files_removed', 0)} delete file(s) removed, "
         f"{len(entry.get('tags_dropped', []))} tag(s) dropped, "
         f"{entry.get('snapshots_expired', 0)} snapshot(s) expired, "
-        f"{entry.get('files_deleted_by_expiry', 0)} file(s) deleted by expiry; verification {verdict}"
+        f"{entry.get('files_deleted_by_expiry', 0)} file(s) deleted by expiry, "
+        f"{entry.get('metadata_versions_dropped', 0)} earlier metadata version(s) dropped; "
+        f"verification {verdict}"
     )
 
 

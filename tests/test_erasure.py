@@ -63,10 +63,13 @@ def create_tables(spark: Any, variant: str) -> tuple[str, str]:
             spark.sql(f"DROP TABLE {CATALOG}.{name} PURGE")
             shutil.rmtree(location.removeprefix("file:"), ignore_errors=True)
     properties = f"TBLPROPERTIES ('format-version' = '{version}')"
+    # By key, the snapshot summaries list each changed partition (its key) too: metadata.json holds keys.
+    summaries = ", 'write.summary.partition-limit' = '100')" if by_key else ")"
     spark.sql(
         f"CREATE TABLE {CATALOG}.{orders} (order_id BIGINT, customer_id BIGINT, status STRING) USING iceberg "
         + (f"PARTITIONED BY ({'customer_id' if by_key else 'status'}) " if partitioned else "")
-        + properties
+        + properties.removesuffix(")")
+        + summaries
     )
     spark.sql(
         f"CREATE TABLE {CATALOG}.{items} (item_id BIGINT, order_id BIGINT, quantity INT) USING iceberg "
@@ -199,6 +202,9 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
         assert entry["erasure_snapshots"] == [erased["tables"][name]["commits"]["main"]]
         assert 0 < entry["data_files_with_erased_rows"] <= entry["data_files_rewritten"]
         assert entry["snapshots_expired"] >= 2
+        # Iceberg deleted the earlier metadata versions, and the table has its own settings back.
+        assert entry["metadata_versions_dropped"] >= 3
+        assert not {key for key in load(catalog_hook, name).properties if key.startswith("write.metadata.")}
         assert entry["verification"]["clean"] is True
         assert entry["verification"]["keys_checked"] == (len(SUBJECTS) if name == orders else len(gone))
         # The tables had no delete file before the erasure: what the purge removed is what the erasure

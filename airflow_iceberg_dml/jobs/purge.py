@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from airflow_iceberg_dml.result import rewrite_counts
 from airflow_iceberg_dml.spec import ExpireSnapshotsCall, RewriteManifestsCall, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from airflow_iceberg_dml.commits import SnapshotRow
     from airflow_iceberg_dml.spec import ErasureTarget
@@ -26,6 +27,11 @@ _NO_SIZE_LIMIT = str(2**62)
 #: The table property of the manifests' target size, and how many manifests the purge's rewrite of a
 #: small table's manifests may write at most.
 _MANIFEST_TARGET, _MAX_MANIFESTS = "commit.manifest.target-size-bytes", 64
+#: The table properties with which Iceberg itself deletes earlier ``metadata.json`` versions on commit.
+_DELETE_OLD_METADATA = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "1",
+}
 #: The rewrite's options: every file carrying a delete file, whatever its size, alone if need be.
 REWRITE_OPTIONS = {
     "delete-file-threshold": "1",
@@ -85,6 +91,7 @@ class PurgeSteps(ErasureVerification):
             "tags_dropped": [],
             "snapshots_expired": 0,
             "files_deleted_by_expiry": 0,
+            "metadata_versions_dropped": 0,
         }
         pending = self._pending_erasures(state)
         out["erasures"] = sorted({erasure_id for _, erasure_id, _ in pending})
@@ -152,6 +159,7 @@ class PurgeSteps(ErasureVerification):
         out["manifests_rewritten"] = self._rewrite_manifests(state, target.table)
         own = self._own_commits(state, started_from)
         out["snapshots_expired"], out["files_deleted_by_expiry"] = self._expire(state, target.table, own)
+        out["metadata_versions_dropped"] = self._drop_old_metadata(state, target.table)
         out["status"] = "purged"
 
     def _pending_erasures(self, state: TableState) -> list[tuple[int, str, int | None]]:
@@ -253,28 +261,48 @@ class PurgeSteps(ErasureVerification):
         if single:
             largest = max(sum(sizes) for sizes in totals.values())
             target = max(1, min(single) // 2, largest // _MAX_MANIFESTS)
-        before = state.properties().get(_MANIFEST_TARGET)
-        if target is not None:
-            self.spark.sql(sql.set_table_property(state.identifier, _MANIFEST_TARGET, str(target)))
         statement = procedures.call_statement(self.spec.catalog, table, RewriteManifestsCall())
-        try:
+        with self._properties_for_now(state, {_MANIFEST_TARGET: str(target)} if target is not None else {}):
             row = ConflictRetry(self.spec.conflict_retries).run(
                 lambda _: self.spark.sql(statement).collect()[0],
                 what=f"Purge of {table}: the manifests' rewrite",
                 log=log,
                 replan=state.refresh,
             )
-        finally:
-            if target is not None:
-                self.spark.sql(
-                    sql.unset_table_property(state.identifier, _MANIFEST_TARGET)
-                    if before is None
-                    else sql.set_table_property(state.identifier, _MANIFEST_TARGET, before)
-                )
         state.refresh()
         count = int(row.rewritten_manifests_count or 0)
         log(f"{table}: rewrote {count} manifest(s) into {int(row.added_manifests_count or 0)}")
         return count
+
+    @contextmanager
+    def _properties_for_now(self, state: TableState, values: Mapping[str, str]) -> Iterator[None]:
+        """Set table properties for the block (one commit each), then put back what the table had."""
+        before = state.properties()
+        for key, value in values.items():
+            self.spark.sql(sql.set_table_property(state.identifier, key, value))
+        try:
+            yield
+        finally:
+            for key in reversed(list(values)):
+                self.spark.sql(
+                    sql.unset_table_property(state.identifier, key)
+                    if key not in before
+                    else sql.set_table_property(state.identifier, key, before[key])
+                )
+
+    def _drop_old_metadata(self, state: TableState, table: str) -> int:
+        """Have Iceberg delete the table's earlier ``metadata.json`` versions, which still list the
+        expired snapshots (with ``write.summary.partition-limit``, their partitions' values too): a
+        commit with a history of one version and delete-after-commit on, then the table's own settings
+        back. Returns how many versions were deleted."""
+        query = sql.metadata_query(state.identifier, "metadata_log_entries", "count(*)")
+        before = int(self.spark.sql(query).collect()[0][0])
+        with self._properties_for_now(state, _DELETE_OLD_METADATA):
+            state.refresh()
+            kept = int(self.spark.sql(query).collect()[0][0])
+        dropped = max(0, before + len(_DELETE_OLD_METADATA) - kept)
+        log(f"{table}: Iceberg deleted {dropped} earlier metadata.json version(s)")
+        return dropped
 
     def _own_commits(self, state: TableState, started_from: int | None) -> tuple[int, ...]:
         """The ``replace`` commits on the main branch since ``started_from``, its head excepted: this
