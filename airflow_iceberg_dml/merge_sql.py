@@ -1,4 +1,5 @@
-"""The SQL of a MERGE: the statement, and the queries that count per clause what it would change.
+"""The SQL of a MERGE: the statement, the queries that count per clause what it would change, and
+when the commit's own counters can count it instead.
 
 Pure text, no Spark: every user text sits on lines of its own inside parentheses, as in :mod:`.sql`.
 The counting queries pair the target's rows at one snapshot with the source exactly as the MERGE
@@ -183,3 +184,62 @@ def slice_overwrite(
         MergeClause(MergeWhen.NOT_MATCHED_BY_SOURCE, MergeAction.DELETE, condition=predicate),
     )
     return replace(pairing, source=source, on=on), clauses
+
+
+#: The prefix of Spark's MERGE counters in a commit's snapshot summary (Iceberg copies them there).
+COUNTER_PREFIX = "spark.merge-into.num-target-rows-"
+
+
+def _counter(clause: MergeClause) -> str:
+    """The commit counter that counts the rows ``clause`` changes (with the other clauses of its kind
+    and action)."""
+    if clause.when is MergeWhen.NOT_MATCHED:
+        return COUNTER_PREFIX + "inserted"
+    side = "matched" if clause.when is MergeWhen.MATCHED else "not-matched-by-source"
+    action = "deleted" if clause.then is MergeAction.DELETE else "updated"
+    return f"{COUNTER_PREFIX}{side}-{action}"
+
+
+def commit_counters(clauses: Sequence[MergeClause]) -> tuple[str, ...] | None:
+    """Each clause's counter in the commit's summary, when no two clauses share one (the commit then
+    tells each clause's rows), else None."""
+    counters = tuple(_counter(clause) for clause in clauses)
+    return counters if len(set(counters)) == len(counters) else None
+
+
+def _covers(clauses: Sequence[MergeClause], when: MergeWhen) -> bool:
+    """Whether some clause applies to every row of kind ``when`` (one of that kind has no condition)."""
+    return any(clause.when is when and not clause.condition for clause in clauses)
+
+
+def applies_to_every(clauses: Sequence[MergeClause]) -> str | None:
+    """``"source"`` when some clause applies to every source row (a MERGE of a source with rows then
+    changes something), ``"target"`` when some clause applies to every target row, else None."""
+    if _covers(clauses, MergeWhen.MATCHED):
+        if _covers(clauses, MergeWhen.NOT_MATCHED):
+            return "source"
+        if _covers(clauses, MergeWhen.NOT_MATCHED_BY_SOURCE):
+            return "target"
+    return None
+
+
+def first_row_query(relation: str) -> str:
+    """One row of ``relation`` if it has any: whether a source is empty, without reading all of it."""
+    return f"SELECT 1 AS found FROM {_wrapped(relation)} LIMIT 1"
+
+
+def outside_slice_query(source: str, predicate: str) -> str:
+    """How many of a slice overwrite's new rows the slice's ``predicate`` does not hold for."""
+    outside = f"NOT coalesce({_wrapped(predicate)}, FALSE)"
+    return f"SELECT count(*) AS outside FROM {_wrapped(source)}\nWHERE {outside}"
+
+
+def select_columns(columns: Sequence[str], source: str) -> str:
+    """The source's rows with ``columns`` in this order (a table's), by name."""
+    return f"SELECT {', '.join(quote_identifier(column) for column in columns)} FROM {_wrapped(source)}"
+
+
+def replace_where(target: str, predicate: str, columns: Sequence[str], source: str) -> str:
+    """``INSERT INTO <target> REPLACE WHERE <predicate> SELECT ...``: a slice overwrite that drops the
+    slice's files, as Spark SQL writes it."""
+    return f"INSERT INTO {target} REPLACE WHERE {_wrapped(predicate)}\n{select_columns(columns, source)}"

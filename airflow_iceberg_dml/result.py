@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_iceberg_dml.exceptions import CommitNotFoundError
+from airflow_iceberg_dml.merge_sql import COUNTER_PREFIX
 from airflow_iceberg_dml.spec import Outcome, SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
@@ -41,9 +42,10 @@ class DmlResult(TypedDict):
     committed_at: str | None
     """Commit time, ISO 8601 in UTC."""
     write_mode: str | None
-    """``merge-on-read`` or ``copy-on-write`` for row-level plans; None for truncate and rewrite."""
+    """``merge-on-read`` or ``copy-on-write`` for row-level plans; None for the others."""
     plan: str
-    """``row-level``, ``truncate``, ``rewrite`` or ``noop``."""
+    """``row-level``, ``truncate``, ``rewrite``, ``overwrite`` (a slice overwrite that replaced whole
+    files) or ``noop``."""
     noop: bool
     """True when nothing was committed: nothing matched, or a dry run."""
     replayed: bool
@@ -285,7 +287,8 @@ class MergeResult(DmlResult):
     merge: dict[str, Any]
     """``updated``, ``deleted``, ``inserted``: target rows per action, from the commit's own counters
     (for a dry run, what would change); ``clauses``: rows per clause in order (``clause``, ``when``,
-    ``then``, ``rows``), from the job's count at the head it merged into (None when replayed);
+    ``then``, ``rows``), from the job's count at the head it merged into, or from the commit's counters
+    when it skipped the count (None when replayed);
     ``source_snapshot_id``: the source table's snapshot that was read; ``duplicate_matches`` on a
     dry run: target rows paired with more than one source row."""
 
@@ -306,10 +309,9 @@ def merge_result(record: JobRecord | None, *, snapshot: Snapshot | None = None, 
     details = dict(record.details) if record is not None and own else {}
     clauses = details.get("clauses")
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-    prefix = "spark.merge-into.num-target-rows-"
-    if not base["noop"] and any(key.startswith(prefix) for key in summary):
+    if not base["noop"] and any(key.startswith(COUNTER_PREFIX) for key in summary):
         by_action = {
-            action: sum(_count(summary, prefix + key) for key in keys)
+            action: sum(_count(summary, COUNTER_PREFIX + key) for key in keys)
             for action, keys in _MERGE_COUNTERS.items()
         }
     else:

@@ -14,7 +14,8 @@ Run it after the quickstart (which creates the orders), over the days to compute
 
 and again with ``--reprocess-behavior completed`` to recompute days already done. Other tables:
 ``--dag-run-conf '{"orders": "<namespace.table>", "table": "<namespace.table>"}'``. The summary table
-is created on first use, partitioned by month, so its data files mix days.
+is created on first use, partitioned by day: each run replaces the day's data file and writes no
+delete file (on a table whose files mix days, the same task deletes the day's rows instead).
 """
 
 from __future__ import annotations
@@ -49,10 +50,10 @@ with DAG(
 
     @task
     def create_summary_table(params: dict[str, str]) -> None:
-        """Create the summary table when it does not exist yet (partitioned by month of the day)."""
+        """Create the summary table when it does not exist yet (partitioned by day)."""
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.schema import Schema
-        from pyiceberg.transforms import MonthTransform
+        from pyiceberg.transforms import DayTransform
         from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType
 
         from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -63,10 +64,10 @@ with DAG(
             NestedField(3, "orders", LongType(), required=False),
             NestedField(4, "revenue", DecimalType(25, 2), required=False),
         )
-        by_month = PartitionSpec(PartitionField(1, 1000, MonthTransform(), "ds_month"))
+        by_day = PartitionSpec(PartitionField(1, 1000, DayTransform(), "ds_day"))
         catalog = IcebergCatalogHook().catalog
         catalog.create_namespace_if_not_exists(params["table"].rsplit(".", 1)[0])
-        catalog.create_table_if_not_exists(params["table"], schema, partition_spec=by_month)
+        catalog.create_table_if_not_exists(params["table"], schema, partition_spec=by_day)
 
     recompute_day = IcebergOverwriteOperator(
         task_id="recompute_day",

@@ -10,7 +10,9 @@ the table in between, the change fails, writing nothing, rather than touch rows 
    into ``<table>_quarantine`` (a MERGE that inserts what is not there yet: a re-run adds nothing),
    then ``remove_quarantined`` deletes them from the orders, pinned to the checked snapshot.
 3. ``correct_priorities`` sets each unknown priority from ``<table>_corrections`` (order key, priority),
-   a MERGE pinned to the snapshot the delete left.
+   a MERGE pinned to the snapshot the delete left. It writes to an audit branch first and publishes
+   only when no unknown priority is left (write-audit-publish): corrections that miss an order fail
+   the task and leave the orders as they were.
 4. ``recheck`` runs the same checks on the result and fails the run if any still fails.
 
 Run it after the quickstart (``demo.orders``, whose data is clean: every step then commits nothing),
@@ -92,6 +94,12 @@ with DAG(
             }
         ],
         expected_snapshot_id="{{ ti.xcom_pull(task_ids='remove_quarantined')['snapshot_id'] }}",
+        # Write-audit-publish: the corrections are written to a branch and published only if no
+        # unknown priority is left there (a corrections table that misses an order fails the task).
+        audits={
+            "priorities_known": "SELECT count(*) = 0 FROM {table} "
+            f"WHERE NOT coalesce(o_orderpriority IN {PRIORITIES}, FALSE)"
+        },
     )
     recheck = IcebergCheckOperator(task_id="recheck", table="{{ params.table }}", checks=CHECKS)
 

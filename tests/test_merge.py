@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from airflow_iceberg_dml import merge_sql
 from airflow_iceberg_dml.exceptions import (
+    AuditFailedError,
     DuplicateSourceRowsError,
     GuardExceededError,
     InvalidExpressionError,
     SliceViolationError,
     UnknownColumnError,
 )
-from airflow_iceberg_dml.jobs.merge import MergeJob
+from airflow_iceberg_dml.jobs.merge import MergeJob, merge_job
+from airflow_iceberg_dml.jobs.runner import log_to
 from airflow_iceberg_dml.spec import (
+    Audits,
     Guards,
     MergeAction,
     MergeClause,
@@ -23,6 +29,7 @@ from airflow_iceberg_dml.spec import (
     MergeSpec,
     MergeWhen,
     Outcome,
+    Plan,
     RunKey,
 )
 from tests.conftest import CATALOG, load, new_table_name
@@ -66,6 +73,13 @@ CLAUSES = (
     ),
 )
 
+#: An upsert: it surely changes something when the source has a row (the job then skips its count).
+NO_NEW_IDS = "SELECT count(*) = 0 FROM {table} WHERE id >= 50"
+UPSERT = (
+    MergeClause(MergeWhen.MATCHED, MergeAction.UPDATE_ALL),
+    MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL),
+)
+
 #: The same MERGE, by hand in SQLite (which has no MERGE): each clause's rows, then the table after it.
 SQLITE_CLAUSE_ROWS = [
     "SELECT count(*) FROM t JOIN s ON t.id = s.id WHERE coalesce(s.op = 'D', 0)",
@@ -89,13 +103,19 @@ WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id) AND coalesce(s.op <> 'D', 0
 """
 
 
-def reference(target: list[tuple[Any, ...]], source: list[tuple[Any, ...]]) -> tuple[list[int], list[Any]]:
-    """Rows per clause and the table after the merge, computed by SQLite."""
+def sqlite_tables(target: list[tuple[Any, ...]], source: list[tuple[Any, ...]]) -> sqlite3.Connection:
+    """The target as ``t`` and the source as ``s``, in SQLite."""
     db = sqlite3.connect(":memory:")
     db.execute("CREATE TABLE t (id INTEGER, status TEXT, amount REAL)")
     db.execute("CREATE TABLE s (id INTEGER, status TEXT, amount REAL, op TEXT)")
     db.executemany("INSERT INTO t VALUES (?, ?, ?)", target)
     db.executemany("INSERT INTO s VALUES (?, ?, ?, ?)", source)
+    return db
+
+
+def reference(target: list[tuple[Any, ...]], source: list[tuple[Any, ...]]) -> tuple[list[int], list[Any]]:
+    """Rows per clause and the table after the merge, computed by SQLite."""
+    db = sqlite_tables(target, source)
     counts = [db.execute(query).fetchone()[0] for query in SQLITE_CLAUSE_ROWS]
     return counts, sorted(db.execute(SQLITE_AFTER).fetchall(), key=_order)
 
@@ -217,9 +237,21 @@ def test_an_empty_source_or_one_that_matches_nothing_commits_nothing(spark, cata
         clauses=matched_only,
     )
 
+    # An upsert of an empty source: the probe finds no row, so the job counts, and commits nothing.
+    empty_upsert = merge(
+        spark,
+        target,
+        MergeSource(query=f"SELECT id, status, amount FROM {CATALOG}.{source} WHERE amount < 0"),
+        clauses=UPSERT,
+    )
+
     assert empty.outcome is Outcome.NOOP
     assert unmatched.outcome is Outcome.NOOP
     assert [clause["rows"] for clause in unmatched.details["clauses"]] == [0, 0]
+    assert (empty_upsert.outcome, [c["rows"] for c in empty_upsert.details["clauses"]]) == (
+        Outcome.NOOP,
+        [0, 0],
+    )
     assert head_id(catalog_hook, target) == before
 
 
@@ -315,6 +347,15 @@ DUPLICATED = (
             InvalidExpressionError,
             r"[Nn]on-deterministic",
         ),
+        (DUPLICATED, None, UPSERT, DuplicateSourceRowsError, r"pairs 2 target row\(s\) .* \(4 source rows"),
+        (f"SELECT id, amount FROM {CATALOG}.{{source}}", None, UPSERT, UnknownColumnError, r"`status`"),
+        (
+            f"SELECT id, 'not a number' AS amount, status FROM {CATALOG}.{{source}}",
+            None,
+            UPSERT,
+            InvalidExpressionError,
+            r"cannot be written to its target column.*amount",
+        ),
     ],
     ids=[
         "duplicate-source-rows",
@@ -323,6 +364,11 @@ DUPLICATED = (
         "on-names-neither",
         "on-names-no-source",
         "rand",
+        # An upsert of a source with rows runs without the count (nor the EXPLAIN before it): the
+        # MERGE's own analysis and run give the same errors, before anything is written.
+        "upsert-duplicate-source-rows",
+        "upsert-missing-source-column",
+        "upsert-unsafe-type",
     ],
 )
 def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, query, on, clauses, error, message):
@@ -358,11 +404,11 @@ def overwrite(spark: SparkSession, name: str, day: str, query: str, **fields: An
         source=MergeSource(query=query),
         on="FALSE",
         clauses=(MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL),),  # planned by the job
-        overwrite="ds = :ds",
+        overwrite=fields.pop("slice", "ds = :ds"),
         parameters={"ds": day},
         **fields,
     )
-    return MergeJob(spark, spec).run()
+    return merge_job(spark, spec).run()
 
 
 def daily_rows(catalog_hook: Any, name: str) -> list[tuple[Any, ...]]:
@@ -389,6 +435,103 @@ def test_a_slice_overwrite_replaces_exactly_its_slice_and_is_idempotent(spark, c
     assert [clause["rows"] for clause in second.details["clauses"]] == [3, 3]
 
 
+def make_partitioned_daily(spark: SparkSession, partitioning: str) -> str:
+    """Three days of five rows in two data files per partition, ``d`` the day as a date."""
+    name = new_table_name("daily_parts")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (ds STRING, d DATE, k BIGINT, v DOUBLE) USING iceberg "
+        f"PARTITIONED BY ({partitioning})"
+    )
+    for ks in (range(3), range(3, 5)):
+        rows = [(f"2026-11-0{day}", k, float(day * 10 + k)) for day in (1, 2, 3) for k in ks]
+        values = ", ".join(f"('{ds}', DATE'{ds}', {k}, {v})" for ds, k, v in rows)
+        spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES {values}")
+    return name
+
+
+def data_files(catalog_hook: Any, name: str) -> set[str]:
+    return set(load(catalog_hook, name).inspect.files()["file_path"].to_pylist())
+
+
+@pytest.mark.parametrize(
+    ("partitioning", "slice_"), [("ds", "ds = :ds"), ("days(d)", "d = CAST(:ds AS DATE)")]
+)
+def test_a_slice_overwrite_of_whole_partitions_replaces_their_files_and_writes_no_delete_file(
+    spark, catalog_hook, partitioning, slice_
+):
+    name = make_partitioned_daily(spark, partitioning)
+    recompute = "SELECT :ds AS ds, CAST(:ds AS DATE) AS d, id AS k, id * 100.0 AS v FROM range(3)"
+    before = daily_rows(catalog_hook, name)
+    expected = sorted(
+        [row for row in before if row[0] != "2026-11-02"]
+        + [("2026-11-02", dt.date(2026, 11, 2), k, k * 100.0) for k in range(3)]
+    )
+    files_before = data_files(catalog_hook, name)
+
+    lines: list[str] = []
+    with log_to(lines.append):
+        first = overwrite(spark, name, "2026-11-02", recompute, slice=slice_)
+    second = overwrite(spark, name, "2026-11-02", recompute, slice=slice_)
+
+    assert (first.outcome, first.plan, first.write_mode) == (Outcome.COMMITTED, Plan.OVERWRITE, None)
+    assert second.plan is Plan.OVERWRITE
+    assert daily_rows(catalog_hook, name) == expected
+    assert [clause["rows"] for clause in first.details["clauses"]] == [3, 5]
+    assert [clause["rows"] for clause in second.details["clauses"]] == [3, 3]
+    assert any(line.startswith("INSERT INTO ") and "REPLACE WHERE" in line for line in lines), lines
+    table = load(catalog_hook, name)
+    summary = table.snapshot_by_id(first.snapshot_id).summary
+    assert summary.operation.value == "overwrite"
+    assert int(summary["deleted-data-files"]) == 2  # the day's two files, dropped whole
+    assert (int(summary["deleted-records"]), int(summary["added-records"])) == (5, 3)
+    assert "added-delete-files" not in summary.additional_properties
+    # The other days' files are the same files; the day's two are one new file.
+    files_after = data_files(catalog_hook, name)
+    kept = {path for path in files_before if "2026-11-02" not in path}
+    assert len(kept) == 4
+    assert kept <= files_after
+    assert len(files_after) == len(kept) + 1
+
+
+def test_a_slice_overwrite_that_splits_files_is_a_row_level_merge(spark, catalog_hook):
+    """A day of a month-partitioned table: the month's files hold other days, so rows are deleted."""
+    name = make_partitioned_daily(spark, "months(d)")
+    recompute = "SELECT :ds AS ds, CAST(:ds AS DATE) AS d, id AS k, id * 100.0 AS v FROM range(3)"
+    before = daily_rows(catalog_hook, name)
+
+    record = overwrite(spark, name, "2026-11-02", recompute)
+
+    assert (record.outcome, record.plan, record.write_mode) == (
+        Outcome.COMMITTED,
+        Plan.ROW_LEVEL,
+        "merge-on-read",
+    )
+    assert daily_rows(catalog_hook, name) == sorted(
+        [row for row in before if row[0] != "2026-11-02"]
+        + [("2026-11-02", dt.date(2026, 11, 2), k, k * 100.0) for k in range(3)]
+    )
+    summary = load(catalog_hook, name).snapshot_by_id(record.snapshot_id).summary
+    assert int(summary["added-delete-files"]) > 0
+
+
+def test_a_whole_files_overwrite_has_the_dry_run_guards_and_no_op_of_a_merge(spark, catalog_hook):
+    name = make_partitioned_daily(spark, "ds")
+    before = head_id(catalog_hook, name)
+    recompute = "SELECT :ds AS ds, CAST(:ds AS DATE) AS d, id AS k, 1.0 AS v FROM range(3)"
+
+    dry = overwrite(spark, name, "2026-11-02", recompute, dry_run=True)
+    with pytest.raises(GuardExceededError):
+        overwrite(spark, name, "2026-11-02", recompute, guards=Guards(max_rows_affected=7))
+    nothing = overwrite(spark, name, "2026-11-09", "SELECT * FROM (" + recompute + ") WHERE k < 0")
+
+    assert (dry.outcome, [clause["rows"] for clause in dry.details["clauses"]]) == (Outcome.DRY_RUN, [3, 5])
+    assert (nothing.outcome, [clause["rows"] for clause in nothing.details["clauses"]]) == (
+        Outcome.NOOP,
+        [0, 0],
+    )
+    assert head_id(catalog_hook, name) == before
+
+
 def test_a_slice_overwrite_whose_rows_fall_outside_the_slice_commits_nothing(spark, catalog_hook):
     name = make_daily(spark)
     before = head_id(catalog_hook, name)
@@ -413,11 +556,7 @@ def test_update_star_and_insert_values_give_the_table_sqlite_computes(spark, cat
             assignments={"id": "s.id", "status": "'N'", "amount": "s.amount + :bonus"},
         ),
     )
-    db = sqlite3.connect(":memory:")
-    db.execute("CREATE TABLE t (id INTEGER, status TEXT, amount REAL)")
-    db.execute("CREATE TABLE s (id INTEGER, status TEXT, amount REAL, op TEXT)")
-    db.executemany("INSERT INTO t VALUES (?, ?, ?)", TARGET_ROWS)
-    db.executemany("INSERT INTO s VALUES (?, ?, ?, ?)", SOURCE_ROWS)
+    db = sqlite_tables(TARGET_ROWS, SOURCE_ROWS)
     expected = sorted(
         db.execute(
             "SELECT s.id, s.status, s.amount FROM t JOIN s ON t.id = s.id "
@@ -429,7 +568,105 @@ def test_update_star_and_insert_values_give_the_table_sqlite_computes(spark, cat
         key=_order,
     )
 
-    record = merge(spark, target, MergeSource(table=source), clauses=clauses, parameters={"bonus": 0.25})
+    matched = db.execute("SELECT count(*) FROM t JOIN s ON t.id = s.id").fetchone()[0]
+    inserted = db.execute("SELECT count(*) FROM s WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id = s.id)")
+
+    lines: list[str] = []
+    with log_to(lines.append):
+        record = merge(spark, target, MergeSource(table=source), clauses=clauses, parameters={"bonus": 0.25})
 
     assert record.outcome is Outcome.COMMITTED
     assert table_rows(catalog_hook, target) == expected
+    # An upsert of a source with rows surely changes something: no count before, the commit counts.
+    assert [clause["rows"] for clause in record.details["clauses"]] == [matched, inserted.fetchone()[0]]
+    assert any(line.startswith("Rows per clause, from the commit: ") for line in lines), lines
+
+
+def test_a_sync_from_the_source_is_counted_by_its_commit(spark, catalog_hook):
+    """Every target row is matched (updated) or not matched by source (deleted): no count needed."""
+    target, source = make_tables(spark)
+    clauses = (
+        MergeClause(MergeWhen.MATCHED, MergeAction.UPDATE, assignments={"amount": "s.amount"}),
+        MergeClause(MergeWhen.NOT_MATCHED_BY_SOURCE, MergeAction.DELETE),
+    )
+    db = sqlite_tables(TARGET_ROWS, SOURCE_ROWS)
+    counts = [
+        db.execute("SELECT count(*) FROM t JOIN s ON t.id = s.id").fetchone()[0],
+        db.execute("SELECT count(*) FROM t WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = t.id)").fetchone()[
+            0
+        ],
+    ]
+    expected = sorted(
+        db.execute("SELECT t.id, t.status, s.amount FROM t JOIN s ON t.id = s.id").fetchall(), key=_order
+    )
+
+    lines: list[str] = []
+    with log_to(lines.append):
+        record = merge(spark, target, MergeSource(table=source), clauses=clauses)
+
+    assert record.outcome is Outcome.COMMITTED
+    assert [clause["rows"] for clause in record.details["clauses"]] == counts
+    assert table_rows(catalog_hook, target) == expected
+    assert any(line.startswith("Rows per clause, from the commit: ") for line in lines), lines
+
+
+def refs(catalog_hook: Any, name: str) -> set[str]:
+    return set(load(catalog_hook, name).metadata.refs)
+
+
+def test_audits_publish_a_merge_only_when_they_all_pass(spark, catalog_hook):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    _, expected_rows = reference(TARGET_ROWS, SOURCE_ROWS)
+    rows_before = table_rows(catalog_hook, target)
+
+    # The merge inserts id 50: an audit that forbids new ids fails, and main stays where it was.
+    with pytest.raises(AuditFailedError, match="'no_new_ids' returned"):
+        merge(spark, target, MergeSource(table=source), audits=Audits({"no_new_ids": NO_NEW_IDS}))
+    assert head_id(catalog_hook, target) == before
+    assert table_rows(catalog_hook, target) == rows_before
+    assert refs(catalog_hook, target) == {"main"}  # the audit branch is dropped
+    record = merge(
+        spark,
+        target,
+        MergeSource(table=source),
+        audits=Audits({"positive": "SELECT min(amount) > 0 FROM {table}"}),
+    )
+
+    assert record.outcome is Outcome.COMMITTED
+    assert head_id(catalog_hook, target) == record.snapshot_id
+    assert load(catalog_hook, target).snapshot_by_id(record.snapshot_id).parent_snapshot_id == before
+    assert table_rows(catalog_hook, target) == expected_rows
+    assert refs(catalog_hook, target) == {"main"}
+
+
+def test_audits_publish_a_whole_files_overwrite(spark, catalog_hook):
+    name = make_partitioned_daily(spark, "ds")
+    recompute = "SELECT :ds AS ds, CAST(:ds AS DATE) AS d, id AS k, id * 100.0 AS v FROM range(3)"
+    audits = Audits({"three_rows": "SELECT count(*) = 3 FROM {table} WHERE ds = '2026-11-02'"})
+
+    record = overwrite(spark, name, "2026-11-02", recompute, audits=audits)
+
+    assert (record.outcome, record.plan) == (Outcome.COMMITTED, Plan.OVERWRITE)
+    assert head_id(catalog_hook, name) == record.snapshot_id
+    assert refs(catalog_hook, name) == {"main"}
+    assert [row[2] for row in daily_rows(catalog_hook, name) if row[0] == "2026-11-02"] == [0, 1, 2]
+
+
+def test_the_commit_counts_only_clauses_it_tells_apart_of_merges_that_surely_change():
+    update, insert = UPSERT
+    delete_some = MergeClause(MergeWhen.MATCHED, MergeAction.DELETE, condition="s.op = 'D'")
+    by_source = MergeClause(MergeWhen.NOT_MATCHED_BY_SOURCE, MergeAction.DELETE)
+
+    assert merge_sql.commit_counters((update, insert)) == (
+        "spark.merge-into.num-target-rows-matched-updated",
+        "spark.merge-into.num-target-rows-inserted",
+    )
+    assert merge_sql.commit_counters(CLAUSES) is not None
+    # Two clauses that insert share the one counter: the commit cannot tell their rows apart.
+    assert merge_sql.commit_counters((insert, replace(insert, condition="s.id > 0"))) is None
+    assert merge_sql.applies_to_every((update, insert)) == "source"
+    assert merge_sql.applies_to_every((delete_some, update, by_source)) == "target"
+    assert merge_sql.applies_to_every((delete_some, insert)) is None
+    assert merge_sql.applies_to_every(CLAUSES) is None
+    assert merge_sql.applies_to_every((update,)) is None

@@ -122,6 +122,9 @@ def test_the_example_overwrite_dag_as_written_recomputes_a_day_twice_to_the_same
             tuple(row.values()) for row in load(catalog_hook, summary).scan().to_arrow().to_pylist()
         )
         assert rows == want
+    # Partitioned by day: each run replaced the day's files, no delete file.
+    assert [result["plan"] for result in results] == ["overwrite", "overwrite"]
+    assert [result["write_mode"] for result in results] == [None, None]
     assert results[0]["merge"]["inserted"] == results[1]["merge"]["inserted"] == len(want)
     assert (results[0]["merge"]["deleted"], results[1]["merge"]["deleted"]) == (0, len(want))
 
@@ -241,3 +244,51 @@ def test_merge_lineage_names_the_source_table_as_an_input(spark, catalog_hook):
         "USING (",
         f"SELECT * FROM {table_identifier(CATALOG, source)}",
     ]
+
+
+@pytest.mark.parametrize(
+    ("operator", "fields", "error", "message"),
+    [
+        ("merge", {"source_table": "tests.no_such_source"}, "TableNotFoundError", "no_such_source"),
+        ("overwrite", {"source_table": "tests.no_such_source"}, "TableNotFoundError", "no_such_source"),
+    ],
+)
+def test_a_missing_source_table_fails_before_spark_without_retries(
+    operator, fields, error, message, spark, catalog_hook, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_iceberg_dml import exceptions
+    from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+    from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+    from airflow_iceberg_dml.operators.overwrite import IcebergOverwriteOperator
+
+    def no_spark(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a Spark job was submitted")
+
+    for hook in (IcebergSparkSubmitHook, IcebergSparkConnectHook):
+        monkeypatch.setattr(hook, "submit", no_spark)
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    if operator == "merge":
+        task: Any = IcebergMergeOperator(
+            task_id="bad",
+            table=target,
+            on="t.id = s.id",
+            clauses=[{"when": "not matched", "then": "insert *"}],
+            **{"source_table": source, **fields},
+        )
+    else:
+        task = IcebergOverwriteOperator(
+            task_id="bad", table=target, where="status = 'O'", **{"source_table": source, **fields}
+        )
+    ti = SimpleNamespace(dag_id="early", task_id="bad", run_id="manual__1", map_index=-1, try_number=1)
+
+    with pytest.raises(AirflowFailException, match=message) as raised:
+        task.execute({"ti": ti})
+
+    assert isinstance(raised.value.__cause__, getattr(exceptions, error))
+    assert head_id(catalog_hook, target) == before

@@ -63,7 +63,7 @@ def _one_line(statement: str) -> str:
     return " ".join(line.strip() for line in statement.splitlines() if line.strip())
 
 
-class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish):
+class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish[DmlSpec]):
     """Carries out one :class:`DmlSpec` on a running SparkSession."""
 
     def __init__(self, spark: SparkSession, spec: DmlSpec) -> None:

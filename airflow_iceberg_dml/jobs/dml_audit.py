@@ -1,32 +1,53 @@
-"""Write-audit-publish of a DELETE or UPDATE: write to a branch, audit it, fast-forward the ref to it."""
+"""Write-audit-publish of a change (DELETE, UPDATE, MERGE): write to a branch, audit it, fast-forward the
+ref to it."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.exceptions import AuditFailedError, ConcurrentCommitError
+from airflow_iceberg_dml.exceptions import AuditFailedError, ConcurrentCommitError, InvalidExpressionError
+from airflow_iceberg_dml.jobs.row_level import find_own_commit
 from airflow_iceberg_dml.jobs.runner import error_message, log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.jobs.table_state import TableState
-    from airflow_iceberg_dml.spec import DmlSpec
+    from airflow_iceberg_dml.spec import Audits, RunKey
 
 
-class WriteAuditPublish:
-    """Part of :class:`~airflow_iceberg_dml.jobs.dml.DmlJob`: the audit branch and its publication."""
+class AuditedSpec(Protocol):
+    """What write-audit-publish reads of a job's spec (a DELETE/UPDATE's or a MERGE's)."""
+
+    @property
+    def catalog(self) -> str: ...
+    @property
+    def table(self) -> str: ...
+    @property
+    def run_key(self) -> RunKey | None: ...
+    @property
+    def audits(self) -> Audits: ...
+
+
+SpecT = TypeVar("SpecT", bound=AuditedSpec)
+
+
+class WriteAuditPublish(Generic[SpecT]):
+    """Part of :class:`~airflow_iceberg_dml.jobs.dml.DmlJob` and
+    :class:`~airflow_iceberg_dml.jobs.merge.MergeJob`: the audit branch and its publication."""
 
     spark: SparkSession
-    spec: DmlSpec
+    spec: SpecT
     state: TableState
     ref: str
     app_id: str
+    job_id: str
+    table_name: str
 
     def _target(self, ref: str) -> str:
-        raise NotImplementedError  # DmlJob's
+        raise NotImplementedError  # the job's
 
     def _audit_branch_name(self) -> str:
         identity = repr(self.spec.run_key) if self.spec.run_key else self.app_id
@@ -76,3 +97,27 @@ class WriteAuditPublish:
             ) from None
         self._drop_branch(branch)
         log(f"All audits passed: {self.ref} fast-forwarded to branch {branch}")
+
+    # -- for a job that writes through these two (a MERGE; a DELETE or UPDATE does it its own way) ------
+
+    def _write_ref(self, head: int | None) -> str:
+        """Where the change is written: with audits, a branch made from ``head``; else the ref."""
+        if not self.spec.audits.queries:
+            return self.ref
+        if head is None:
+            raise InvalidExpressionError(
+                f"audits: {self.table_name} has no snapshot to branch from; write it once without audits."
+            )
+        return self._create_audit_branch(head)
+
+    def _published(self, head: int | None, write_ref: str) -> int | None:
+        """The snapshot the change committed on ``write_ref``; an audit branch is audited, then the ref
+        fast-forwarded to it (or the task fails, the ref unchanged)."""
+        snapshot_id = find_own_commit(self.state, write_ref, head, self.job_id, self.app_id)
+        if write_ref != self.ref and head is not None:
+            if snapshot_id is None:
+                self._drop_branch(write_ref)
+            else:
+                self._audit_and_publish(write_ref, head)
+        log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
+        return snapshot_id

@@ -4,8 +4,10 @@ Like a DELETE or UPDATE (:mod:`.dml`), the job validates everything before writi
 most once per run key. Before the MERGE it counts, per clause, the rows it would change on the
 target's head snapshot and the source's pinned snapshot, with the pairing the MERGE itself makes
 (:mod:`airflow_iceberg_dml.merge_sql`): that count is the dry run, the guards' input, and how a merge
-that would change nothing commits nothing (Spark would still commit an empty snapshot). A slice
-overwrite is one MERGE too (:func:`~airflow_iceberg_dml.merge_sql.slice_overwrite`).
+that would change nothing commits nothing (Spark would still commit an empty snapshot). It skips that
+second join of the target when nothing needs it: no dry run or guard, each clause counted by a commit
+counter of its own, and a change certain (an upsert's source has a row). A slice overwrite is a
+MERGE too, or a replacement of whole files (:mod:`.overwrite`).
 """
 
 from __future__ import annotations
@@ -13,26 +15,22 @@ from __future__ import annotations
 import sys
 import uuid
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import merge_sql, sql
 from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
-    DuplicateSourceRowsError,
     IcebergDmlError,
     InvalidExpressionError,
-    SliceViolationError,
     SnapshotMismatchError,
-    TableNotFoundError,
-    UnknownColumnError,
 )
+from airflow_iceberg_dml.jobs import merge_errors
+from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
 from airflow_iceberg_dml.jobs.dml_impact import check_guards
 from airflow_iceberg_dml.jobs.row_level import (
     apply_isolation_level,
     commit_summary,
     earlier_commit,
-    find_own_commit,
     resolve_write_mode,
 )
 from airflow_iceberg_dml.jobs.runner import (
@@ -53,11 +51,8 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-#: Spark's plan text for a statement its analyser refused (``EXPLAIN`` reports instead of raising).
-_PLANNING_ERROR = "Error occurred during query planning"
 
-
-class MergeJob:
+class MergeJob(WriteAuditPublish[MergeSpec]):
     """Carries out one :class:`MergeSpec` on a running SparkSession."""
 
     def __init__(self, spark: SparkSession, spec: MergeSpec) -> None:
@@ -68,7 +63,7 @@ class MergeJob:
         self.state = TableState(spark, spec.catalog, spec.table)
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
-        self.target = sql.table_identifier(spec.catalog, spec.table, None if self.ref == "main" else self.ref)
+        self.target = self._target(self.ref)
         self.shown_clauses = spec.clauses
         self.clauses = tuple(self._bound_clause(clause) for clause in spec.clauses)
         self.on = self._bind(spec.on, "on")
@@ -77,8 +72,7 @@ class MergeJob:
         self.source_identifier = sql.table_identifier(spec.catalog, source.table) if source.table else None
         self.source_query = query
         self.source_snapshot_id = source.snapshot_id
-        #: A slice overwrite's pairing and clauses, bound and as shown (``_plan_overwrite``).
-        self._overwrite: tuple[merge_sql.Pairing, merge_sql.Pairing] | None = None
+        self._validated = False
 
     def _bind(self, text: str, what: str) -> str:
         problem = sql.expression_problem(text)
@@ -102,16 +96,17 @@ class MergeJob:
 
     # -- entry point -------------------------------------------------------------------------------
 
+    #: What the job's first line calls the change.
+    kind = "MERGE"
+
     def run(self) -> JobRecord:
-        kind = "Slice overwrite" if self.spec.overwrite is not None else "MERGE"
-        log(f"{kind} into {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
+        log(f"{self.kind} into {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
         self.state.refresh()
         heads = [self.state.head(self.ref)]
         self.spark.catalog.setCurrentCatalog(self.spec.catalog)  # a source query's names are the target's
         self._pin_source()
-        if self.spec.overwrite is not None:
-            self._plan_overwrite()
-        self._validate()
+        self._prepare()
+        self._check_on_names_both_sides()
         policy = ConflictRetry(
             self.spec.commit_policy.conflict_retries,
             can_check_landed=self.spec.commit_policy.exactly_once and self.spec.run_key is not None,
@@ -141,43 +136,27 @@ class MergeJob:
         """The source rows as the user gives them (a slice overwrite renames their columns)."""
         return merge_sql.source_relation(self.source_identifier, self.source_snapshot_id, self.source_query)
 
-    def _plan_overwrite(self) -> None:
-        """The slice overwrite's MERGE, from the target's columns: the source must have exactly these."""
-        spec = self.spec
-        with self._naming_input_errors(None):
-            given = self.spark.sql(self._source()).columns
-        fields = self.spark.table(self.target).schema.fields
-        columns = [field.name for field in fields]
-        missing = sorted({c.lower() for c in columns} - {c.lower() for c in given})
-        extra = sorted({c.lower() for c in given} - {c.lower() for c in columns})
-        if missing or extra:
-            raise UnknownColumnError(
-                f"An overwrite writes whole rows of {spec.table!r} (columns {columns}): the source "
-                f"lacks {missing or 'none'} and has {extra or 'none'} besides."
-            )
-        keys = [field.name for field in fields if field.dataType.typeName() not in ("struct", "map", "array")]
-        predicate = spec.overwrite or ""
-        shown_source = merge_sql.source_relation(
-            self.source_identifier, self.source_snapshot_id, spec.source.query
+    def _shown_source(self) -> str:
+        """The source as the spec gives it: ``:name`` markers, never the bound values."""
+        return merge_sql.source_relation(
+            self.source_identifier, self.source_snapshot_id, self.spec.source.query
         )
-        plain = merge_sql.Pairing(self.target, spec.target_alias, self._source(), spec.source.alias, "FALSE")
-        bound, self.clauses = merge_sql.slice_overwrite(
-            plain, columns, keys, self._bind(predicate, "overwrite")
-        )
-        shown, self.shown_clauses = merge_sql.slice_overwrite(
-            replace(plain, source=shown_source), columns, keys, predicate
-        )
-        self.on = bound.on
-        self._overwrite = (bound, shown)
+
+    def _prepare(self) -> None:
+        """What a kind of merge plans once the source is pinned (a MERGE: nothing more)."""
 
     def _pairing(self, target: str | None = None) -> merge_sql.Pairing:
         """The target (or ``target``: its rows at a snapshot, for the counts) paired with the source."""
         spec = self.spec
-        source = self._overwrite[0].source if self._overwrite else self._source()
-        return merge_sql.Pairing(target or self.target, spec.target_alias, source, spec.source.alias, self.on)
+        return merge_sql.Pairing(
+            target or self.target, spec.target_alias, self._source(), spec.source.alias, self.on
+        )
 
-    def _statement(self) -> str:
-        return merge_sql.merge_statement(self._pairing(), self.clauses)
+    def _target(self, ref: str) -> str:
+        return sql.table_identifier(self.spec.catalog, self.spec.table, None if ref == "main" else ref)
+
+    def _statement(self, target: str | None = None) -> str:
+        return merge_sql.merge_statement(self._pairing(target), self.clauses)
 
     def _attempt(self, head: int | None) -> JobRecord:
         spec = self.spec
@@ -190,9 +169,9 @@ class MergeJob:
         if earlier is not None:
             log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")
             return self._record(Outcome.REPLAYED, earlier)
-        if spec.overwrite is not None:
-            self._check_slice()
-        counts = self._count(head)
+        counts = self._counts_before(head)
+        if counts is None:
+            return self._commit(head, None)
         if spec.dry_run:
             duplicates = self._duplicates(head) if merge_sql.needs_cardinality_check(self.clauses) else None
             log(f"Dry run: {self._counts_line(counts)}; nothing committed.")
@@ -202,30 +181,33 @@ class MergeJob:
             return self._record(Outcome.NOOP, None, counts)
         return self._commit(head, counts)
 
-    def _commit(self, head: int | None, counts: list[int]) -> JobRecord:
+    def _commit(self, head: int | None, counts: list[int] | None) -> JobRecord:
+        """The MERGE, committed; ``counts`` None: the commit's counters count the rows per clause."""
         properties = self.state.properties()
         write_mode = resolve_write_mode(self.spark, self.state, properties, "merge", self.spec.write_mode)
         apply_isolation_level(
             self.spark, self.state, properties, "merge", self.spec.commit_policy.isolation_level
         )
-        log(f"Plan: row-level {write_mode.value}, {self._counts_line(counts)}:\n{self._shown_statement()}")
+        planned = self._counts_line(counts) if counts is not None else "rows per clause from the commit"
+        log(f"Plan: row-level {write_mode.value}, {planned}:\n{self._shown_statement()}")
         summary = {
             **self.spec.snapshot_properties,
             SummaryKey.PLAN: Plan.ROW_LEVEL.value,
             SummaryKey.JOB_ID: self.job_id,
         }
+        write_ref = self._write_ref(head)
         with commit_summary(self.spark, summary), self._naming_input_errors(head):
-            self.spark.sql(self._statement())
-        snapshot_id = find_own_commit(self.state, self.ref, head, self.job_id, self.app_id)
-        log(f"Committed snapshot {snapshot_id} on {self.table_name} (ref {self.ref})")
+            self.spark.sql(self._statement(self._target(write_ref)))
+        snapshot_id = self._published(head, write_ref)
+        if counts is None:
+            counts = self._committed_counts(snapshot_id)
+            log(f"Rows per clause, from the commit: {self._counts_line(counts) if counts else 'not counted'}")
         return self._record(Outcome.COMMITTED, snapshot_id, counts, write_mode=write_mode.value)
 
     def _shown_statement(self) -> str:
         """The statement as the spec gives it: ``:name`` markers, never the bound values."""
         spec = self.spec
-        if self._overwrite:
-            return merge_sql.merge_statement(self._overwrite[1], self.shown_clauses)
-        source = merge_sql.source_relation(self.source_identifier, self.source_snapshot_id, spec.source.query)
+        source = self._shown_source()
         pairing = merge_sql.Pairing(self.target, spec.target_alias, source, spec.source.alias, spec.on)
         return merge_sql.merge_statement(pairing, self.shown_clauses)
 
@@ -251,7 +233,7 @@ class MergeJob:
             ]
         if duplicates is not None:
             details["duplicate_matches"] = duplicates
-        plan = Plan.ROW_LEVEL if outcome is Outcome.COMMITTED else Plan.NOOP
+        plan = self._plan if outcome is Outcome.COMMITTED else Plan.NOOP
         return JobRecord(
             outcome=outcome,
             spark_app_id=self.app_id,
@@ -271,23 +253,57 @@ class MergeJob:
     def _target_rows(self, head: int | None) -> str:
         return merge_sql.target_rows(sql.table_identifier(self.spec.catalog, self.spec.table), head)
 
+    #: How a committed change was carried out (a slice overwrite may replace whole files instead).
+    _plan = Plan.ROW_LEVEL
+
+    def _counts_before(self, head: int | None) -> list[int] | None:
+        """Rows per clause at ``head`` before writing; None when the commit's counters will tell."""
+        if self._change_is_certain(head):
+            return None
+        self._validate()
+        return self._count(head)
+
     def _count(self, head: int | None) -> list[int]:
         """Rows each clause would change at ``head``, in clause order; guards checked on the total."""
-        spec = self.spec
         query = merge_sql.clause_count_query(self._pairing(self._target_rows(head)), self.clauses)
         with self._naming_input_errors(head):
             rows = self.spark.sql(query).collect()
         by_index = {int(row.clause): int(row.rows) for row in rows}
         counts = [by_index.get(index, 0) for index in range(len(self.clauses))]
-        if spec.guards.active:
-            total = self._live_rows(head)
-            changed = sum(counts)
-            check_guards(spec.guards, changed, total, round(changed / total, 6) if total else 0.0)
+        self._check_guards(head, counts)
         return counts
 
+    def _check_guards(self, head: int | None, counts: list[int]) -> None:
+        guards = self.spec.guards
+        if guards.active:
+            total, changed = self._live_rows(head), sum(counts)
+            check_guards(guards, changed, total, round(changed / total, 6) if total else 0.0)
+
+    def _change_is_certain(self, head: int | None) -> bool:
+        """Whether the MERGE can run without the count: nothing needs it before (no dry run, no guard),
+        the commit's counters tell each clause's rows after, and some row surely changes (a clause
+        applies to every source row and the source has one; or to every target row and there is one)."""
+        spec = self.spec
+        if spec.dry_run or spec.guards.active or merge_sql.commit_counters(self.clauses) is None:
+            return False
+        every = merge_sql.applies_to_every(self.clauses)
+        if every == "target":
+            return self._live_rows(head) > 0
+        if every == "source":
+            with self._naming_input_errors(head):
+                return bool(self.spark.sql(merge_sql.first_row_query(self._pairing().source)).take(1))
+        return False
+
+    def _committed_counts(self, snapshot_id: int | None) -> list[int] | None:
+        """Rows per clause from the commit's MERGE counters (None when the summary has none)."""
+        summary = self.state.summary(snapshot_id)
+        counters = merge_sql.commit_counters(self.clauses) or ()
+        if not all(counter in summary for counter in counters):
+            return None
+        return [int(summary[counter]) for counter in counters]
+
     def _live_rows(self, head: int | None) -> int:
-        row = self.state.history().get(head)
-        summary = row.summary if row is not None else {}
+        summary = self.state.summary(head)
         return int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
             summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
         )
@@ -297,21 +313,6 @@ class MergeJob:
         row = self.spark.sql(query).collect()[0]
         return {"target_rows": int(row.target_rows), "source_rows": int(row.source_rows)}
 
-    def _check_slice(self) -> None:
-        """Every source row must be in the slice it replaces, or the overwrite would add rows that a
-        re-run of the same slice would not remove."""
-        predicate = self._bind(self.spec.overwrite or "", "overwrite")
-        query = (
-            f"SELECT count(*) AS outside FROM ({self._source()}) WHERE NOT coalesce((\n{predicate}\n), FALSE)"
-        )
-        with self._naming_input_errors(None):
-            outside = int(self.spark.sql(query).collect()[0].outside)
-        if outside:
-            raise SliceViolationError(
-                f"{outside} source row(s) fall outside the slice {self.spec.overwrite!r} they would replace: "
-                "an overwrite may only write rows of its slice. Nothing was committed."
-            )
-
     def _earlier_commit(self, head: int | None) -> int | None:
         policy = self.spec.commit_policy
         return earlier_commit(self.state, head, self.spec.run_key, policy.exactly_once)
@@ -319,48 +320,31 @@ class MergeJob:
     # -- validation --------------------------------------------------------------------------------
 
     def _validate(self) -> None:
-        """Spark's analyser on the MERGE exactly as it will run (``EXPLAIN``: nothing is written), and
-        the ``on`` condition naming both sides."""
-        if self.spec.overwrite is None:
-            self._check_on_names_both_sides()
+        """Spark's analyser on the MERGE exactly as it will run (``EXPLAIN``: nothing is written), before
+        the queries that count for it. (A MERGE run without a count meets the same analysis as it
+        starts, before it writes anything, and its errors are named the same way.)"""
+        if self._validated:
+            return
+        self._validated = True
         text = "\n".join(row[0] for row in self.spark.sql("EXPLAIN " + self._statement()).collect())
-        if text.lstrip().startswith(_PLANNING_ERROR):
-            raise self._analysis_error(text.split(":", 1)[1].strip())
+        refused = merge_errors.planning_error(text)
+        if refused is not None:
+            raise merge_errors.analysis_error(self.spec.table, refused)
 
     def _check_on_names_both_sides(self) -> None:
         from pyspark.errors import AnalysisException
 
         spec = self.spec
-        for side, relation, alias, other in [
-            ("target", self.target, spec.target_alias, "source"),
-            ("source", f"({self._source()})", spec.source.alias, "target"),
+        for side, relation, alias in [
+            ("target", self.target, spec.target_alias),
+            ("source", f"({self._source()})", spec.source.alias),
         ]:
             query = f"SELECT 1 FROM {relation} AS {sql.quote_identifier(alias)}\nWHERE (\n{self.on}\n)"
             try:
                 self.spark.sql(query).schema  # noqa: B018 - analysed, never run
             except AnalysisException:
                 continue  # it needs the other side
-            raise InvalidExpressionError(
-                f"on={spec.on!r} names no column of the {other} (it resolves on the {side} alone): "
-                f"a MERGE pairs target and source rows; say how, e.g. "
-                f"'{spec.target_alias}.id = {spec.source.alias}.id'."
-            )
-
-    def _analysis_error(self, message: str) -> IcebergDmlError:
-        condition = message[1 : message.find("]")] if message.startswith("[") else ""
-        first = message.splitlines()[0].replace("table ``", f"table {self.spec.table}")
-        if condition.startswith("UNRESOLVED_COLUMN"):
-            return UnknownColumnError(
-                f"MERGE into {self.spec.table!r}: a column is not in the target or the source: {first}"
-            )
-        if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
-            return TableNotFoundError(f"MERGE into {self.spec.table!r}: {first}")
-        if condition.startswith("INCOMPATIBLE_DATA_FOR_TABLE"):
-            return InvalidExpressionError(
-                f"MERGE into {self.spec.table!r}: a source column or value cannot be written to its "
-                f"target column: {first}"
-            )
-        return InvalidExpressionError(f"MERGE into {self.spec.table!r}: {first}")
+            raise merge_errors.one_sided_on_error(spec.on, side, spec.target_alias, spec.source.alias)
 
     @contextmanager
     def _naming_input_errors(self, head: int | None) -> Iterator[None]:
@@ -373,23 +357,23 @@ class MergeJob:
         except Exception as error:
             cardinality = "MERGE_CARDINALITY_VIOLATION"
             if error_condition(error).startswith(cardinality) or cardinality in error_message(error):
-                raise self._duplicate_error(head) from None
+                found = self._duplicates(head)
+                raise merge_errors.duplicate_error(self.spec.table, self.spec.on, **found) from None
             if not is_input_error(error):
                 raise
-            raise self._analysis_error(error_message(error)) from None
+            raise merge_errors.analysis_error(self.spec.table, error_message(error)) from None
 
-    def _duplicate_error(self, head: int | None) -> DuplicateSourceRowsError:
-        found = self._duplicates(head)
-        return DuplicateSourceRowsError(
-            f"on={self.spec.on!r} pairs {found['target_rows']} target row(s) of {self.spec.table!r} with "
-            f"more than one source row each ({found['source_rows']} source rows in all): a MERGE changes a "
-            "target row once. Make the source unique on the key of the on condition. Nothing was committed."
-        )
+
+def merge_job(spark: SparkSession, spec: MergeSpec) -> MergeJob:
+    """The job of ``spec``: a MERGE, or a slice overwrite (:class:`~.overwrite.OverwriteJob`)."""
+    from airflow_iceberg_dml.jobs.overwrite import OverwriteJob  # it builds on MergeJob
+
+    return OverwriteJob(spark, spec) if spec.overwrite is not None else MergeJob(spark, spec)
 
 
 def run_spec(spark: SparkSession, spec: MergeSpec) -> JobRecord:
     """Run one spec on ``spark`` and return its record; errors become a FAILED record."""
-    return run_job(spark, lambda: MergeJob(spark, spec).run())
+    return run_job(spark, lambda: merge_job(spark, spec).run())
 
 
 def main(argv: list[str]) -> int:

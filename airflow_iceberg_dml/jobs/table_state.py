@@ -14,6 +14,8 @@ from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundErr
 from airflow_iceberg_dml.jobs.runner import error_condition
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
 MAIN = "main"
@@ -77,6 +79,11 @@ class TableState:
             )
             for row in rows
         )
+
+    def summary(self, snapshot_id: int | None) -> Mapping[str, str]:
+        """One snapshot's summary; empty for None or a snapshot no longer in the metadata."""
+        row = self.history().get(snapshot_id)
+        return row.summary if row is not None else {}
 
     def properties(self) -> dict[str, str]:
         """The table's properties (Iceberg adds ``format-version``, ``sort-order`` and others)."""

@@ -18,6 +18,7 @@ from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
 from airflow_iceberg_dml.operators.dml_input import grouped
 from airflow_iceberg_dml.result import merge_result
 from airflow_iceberg_dml.spec import (
+    Audits,
     CommitPolicy,
     Guards,
     MergeAction,
@@ -93,7 +94,8 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
     both sides and a non-deterministic condition; nothing is committed. ``max_rows_affected`` and
     ``max_fraction_affected`` count every row the merge would insert, update or delete. ``dry_run``
     reports each clause's count (and target rows paired more than once) without writing.
-    Write-audit-publish (``audits``) is for DELETE and UPDATE only.
+    ``audits`` write the merge to a branch made from the head and publish it only when every audit
+    query returns true there, as for DELETE and UPDATE.
 
     Other parameters: see :class:`~airflow_iceberg_dml.operators.dml.BaseIcebergDmlOperator`.
     """
@@ -188,8 +190,6 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
 
     def build_spec(self, context: Context, table: Table) -> MergeSpec:
         """The job spec of this task for ``table``; bad input raises the package's errors here."""
-        if self.audits:
-            raise InvalidExpressionError("audits (write-audit-publish) are for DELETE and UPDATE, not MERGE.")
         if not isinstance(self.on, str) or not self.on.strip() or expression_problem(self.on):
             problem = expression_problem(self.on) if isinstance(self.on, str) else None
             raise InvalidExpressionError(
@@ -228,6 +228,7 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
                 isolation_level=self.isolation_level,
             ),
             "snapshot_properties": commit_properties(context, self.snapshot_properties),
+            "audits": Audits(dict(self.audits or {}), self.keep_failed_branch),
         }
 
     def to_result(self, record: JobRecord | None, **read_back: Any) -> DmlResult:

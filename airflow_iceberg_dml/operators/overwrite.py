@@ -31,8 +31,11 @@ class IcebergOverwriteOperator(IcebergMergeOperator):
     rows that a re-run of its slice would not replace, nor change a row outside it. The source must
     have exactly the table's columns (by name, in any order).
 
-    Merge-on-read by default, like a MERGE (``write.merge.mode``): the slice's old rows go to delete
-    files (deletion vectors on v3), in files that may mix slices; compaction folds them in later.
+    Where the slice is whole data files (a table partitioned by the slice's column), the slice's
+    files are replaced by the new rows' in one overwrite commit: no delete file, the old rows not
+    rewritten. Otherwise it is a MERGE in the table's write mode, merge-on-read by default
+    (``write.merge.mode``): the slice's old rows go to delete files (deletion vectors on v3);
+    compaction folds them in later.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
     :param where: The slice: a Spark SQL predicate over the table's columns, e.g.

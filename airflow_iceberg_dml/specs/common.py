@@ -60,6 +60,9 @@ class Plan(StrEnum):
     """A constant-true DELETE: every data and delete file is dropped in one metadata-only commit."""
     REWRITE = "rewrite"
     """A constant-true UPDATE: all rows rewritten and the old files replaced in one commit."""
+    OVERWRITE = "overwrite"
+    """A slice overwrite whose slice is whole files: they are dropped and the new rows added in one
+    overwrite commit, no delete file written."""
     NOOP = "noop"
     """The predicate matched nothing (or the table was empty): nothing was committed."""
 

@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, Parameter, RunKey, WriteMode
-from airflow_iceberg_dml.specs.dml import CommitPolicy, Guards
+from airflow_iceberg_dml.specs.dml import Audits, CommitPolicy, Guards
 
 
 class MergeWhen(StrEnum):
@@ -127,6 +127,7 @@ class MergeSpec(JsonSpec):
     :param dry_run: Count per clause what would change; commit nothing.
     :param guards: Limits on the rows the merge may change (inserted, updated and deleted).
     :param commit_policy: Exactly once, conflict retries, isolation level.
+    :param audits: :class:`Audits`: write-audit-publish queries.
     """
 
     application: ClassVar[str] = "merge.py"
@@ -148,6 +149,7 @@ class MergeSpec(JsonSpec):
     dry_run: bool = False
     guards: Guards = field(default_factory=Guards)
     commit_policy: CommitPolicy = field(default_factory=CommitPolicy)
+    audits: Audits = field(default_factory=Audits)
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:

@@ -1,0 +1,57 @@
+"""A MERGE's refusals in the user's terms: Spark's analysis and cardinality failures as the package's
+non-retryable errors, each naming what to change."""
+
+from __future__ import annotations
+
+from airflow_iceberg_dml.exceptions import (
+    DuplicateSourceRowsError,
+    IcebergDmlError,
+    InvalidExpressionError,
+    TableNotFoundError,
+    UnknownColumnError,
+)
+
+#: Spark's plan text for a statement its analyser refused (``EXPLAIN`` reports instead of raising).
+PLANNING_ERROR = "Error occurred during query planning"
+
+
+def planning_error(plan: str) -> str | None:
+    """The analyser's message in an ``EXPLAIN`` output, or None when the statement was planned."""
+    if plan.lstrip().startswith(PLANNING_ERROR):
+        return plan.split(":", 1)[1].strip()
+    return None
+
+
+def analysis_error(table: str, message: str) -> IcebergDmlError:
+    """Spark's analysis error (``[CONDITION] text``) on a MERGE into ``table``."""
+    condition = message[1 : message.find("]")] if message.startswith("[") else ""
+    first = message.splitlines()[0].replace("table ``", f"table {table}")
+    if condition.startswith("UNRESOLVED_COLUMN"):
+        return UnknownColumnError(
+            f"MERGE into {table!r}: a column is not in the target or the source: {first}"
+        )
+    if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
+        return TableNotFoundError(f"MERGE into {table!r}: {first}")
+    if condition.startswith("INCOMPATIBLE_DATA_FOR_TABLE"):
+        return InvalidExpressionError(
+            f"MERGE into {table!r}: a source column or value cannot be written to its target column: {first}"
+        )
+    return InvalidExpressionError(f"MERGE into {table!r}: {first}")
+
+
+def one_sided_on_error(on: str, side: str, target_alias: str, source_alias: str) -> InvalidExpressionError:
+    """``on`` resolves on ``side`` (``target`` or ``source``) alone."""
+    other = "source" if side == "target" else "target"
+    return InvalidExpressionError(
+        f"on={on!r} names no column of the {other} (it resolves on the {side} alone): "
+        f"a MERGE pairs target and source rows; say how, e.g. '{target_alias}.id = {source_alias}.id'."
+    )
+
+
+def duplicate_error(table: str, on: str, target_rows: int, source_rows: int) -> DuplicateSourceRowsError:
+    """Target rows that ``on`` pairs with several source rows (Spark's ``MERGE_CARDINALITY_VIOLATION``)."""
+    return DuplicateSourceRowsError(
+        f"on={on!r} pairs {target_rows} target row(s) of {table!r} with more than one source row each "
+        f"({source_rows} source rows in all): a MERGE changes a target row once. Make the source unique "
+        "on the key of the on condition. Nothing was committed."
+    )
