@@ -493,6 +493,38 @@ def test_a_slice_overwrite_of_whole_partitions_replaces_their_files_and_writes_n
     assert len(files_after) == len(kept) + 1
 
 
+def test_a_commit_to_the_slice_during_a_whole_files_overwrite_is_a_conflict_that_is_replanned(
+    spark, catalog_hook, monkeypatch
+):
+    """Another writer adds a row to the day after the job counted it: the overwrite's commit conflicts
+    (it validates from the head it planned on) instead of silently dropping that row uncounted; the
+    second plan counts it and replaces it with the rest of the day."""
+    from airflow_iceberg_dml.jobs.overwrite import OverwriteJob
+
+    name = make_partitioned_daily(spark, "ds")
+    recompute = "SELECT :ds AS ds, CAST(:ds AS DATE) AS d, id AS k, id * 100.0 AS v FROM range(3)"
+    counted = OverwriteJob._counts_before
+    others: list[str] = []
+
+    def counts_then_another_writer(job: OverwriteJob, head: int | None) -> list[int]:
+        counts = counted(job, head)
+        if not others:
+            others.append("inserted")
+            spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES ('2026-11-02', DATE'2026-11-02', 99, 9.0)")
+        return counts
+
+    monkeypatch.setattr(OverwriteJob, "_counts_before", counts_then_another_writer)
+    lines: list[str] = []
+    with log_to(lines.append):
+        record = overwrite(spark, name, "2026-11-02", recompute)
+
+    assert (record.outcome, record.plan) == (Outcome.COMMITTED, Plan.OVERWRITE)
+    assert any(line.startswith("Commit conflict (attempt 1 of ") for line in lines), lines
+    assert [clause["rows"] for clause in record.details["clauses"]] == [3, 6]
+    day = sorted(row[2:] for row in daily_rows(catalog_hook, name) if row[0] == "2026-11-02")
+    assert day == [(k, k * 100.0) for k in range(3)]
+
+
 def test_a_slice_overwrite_that_splits_files_is_a_row_level_merge(spark, catalog_hook):
     """A day of a month-partitioned table: the month's files hold other days, so rows are deleted."""
     name = make_partitioned_daily(spark, "months(d)")

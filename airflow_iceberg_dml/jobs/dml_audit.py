@@ -114,7 +114,8 @@ class WriteAuditPublish(Generic[SpecT]):
         """The snapshot the change committed on ``write_ref``; an audit branch is audited, then the ref
         fast-forwarded to it (or the task fails, the ref unchanged)."""
         snapshot_id = find_own_commit(self.state, write_ref, head, self.job_id, self.app_id)
-        if write_ref != self.ref and head is not None:
+        if write_ref != self.ref:
+            assert head is not None  # an audit branch is made from a snapshot (_write_ref)
             if snapshot_id is None:
                 self._drop_branch(write_ref)
             else:

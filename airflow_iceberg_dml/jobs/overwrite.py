@@ -26,7 +26,7 @@ from airflow_iceberg_dml.exceptions import SliceViolationError, UnknownColumnErr
 from airflow_iceberg_dml.jobs.merge import MergeJob
 from airflow_iceberg_dml.jobs.row_level import commit_summary
 from airflow_iceberg_dml.jobs.runner import functions, log
-from airflow_iceberg_dml.spec import JobRecord, Outcome, Plan, SummaryKey
+from airflow_iceberg_dml.spec import IsolationLevel, JobRecord, Outcome, Plan, SummaryKey
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,11 +71,6 @@ class OverwriteJob(MergeJob):
         )
         self.on = bound.on
         self._pairings = (bound, shown)
-
-    def _shown_source(self) -> str:
-        return merge_sql.source_relation(
-            self.source_identifier, self.source_snapshot_id, self.spec.source.query
-        )
 
     def _check_on_names_both_sides(self) -> None:
         """The job writes ``on`` itself."""
@@ -156,4 +151,4 @@ class OverwriteJob(MergeJob):
         level = self.spec.commit_policy.isolation_level
         if level is not None:
             return level.value
-        return self.state.properties().get("write.merge.isolation-level", "serializable")
+        return self.state.properties().get("write.merge.isolation-level", IsolationLevel.SERIALIZABLE.value)
