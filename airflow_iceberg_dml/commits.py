@@ -10,7 +10,8 @@ and hands them here.
 A commit is ours when its summary carries every mark asked for:
 
 - the run key (``airflow.dag-id``, ``airflow.task-id``, ``airflow.run-id``, ``airflow.map-index``):
-  every commit this package makes through a row-level write, a rewrite or a truncate;
+  every commit this package makes through a row-level write, a rewrite or a truncate; a group commit
+  also lists the run key of every change it applied (``airflow-iceberg-dml.group``), and is each one's;
 - the Spark application id (``spark.app.id`` from Spark's writes, ``app-id`` from Iceberg on every
   commit): every commit Spark makes, including a metadata-only delete that Spark plans by itself
   and that carries no custom property;

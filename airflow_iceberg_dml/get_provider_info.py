@@ -30,6 +30,7 @@ _CONFIG: dict[str, Any] = {
 _OPERATOR_MODULES = (
     "airflow_iceberg_dml.operators.base",
     "airflow_iceberg_dml.operators.dml",
+    "airflow_iceberg_dml.operators.dml_turn",
     "airflow_iceberg_dml.operators.delete",
     "airflow_iceberg_dml.operators.update",
     "airflow_iceberg_dml.operators.merge",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from airflow_iceberg_dml.exceptions import CommitNotFoundError
 from airflow_iceberg_dml.merge_sql import COUNTER_PREFIX
 from airflow_iceberg_dml.spec import Outcome, SummaryKey, snapshot_id_text
+from airflow_iceberg_dml.specs.common import group_entries
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot, Summary
 
     from airflow_iceberg_dml.health import HealthReport
-    from airflow_iceberg_dml.spec import JobRecord
+    from airflow_iceberg_dml.spec import JobRecord, RunKey
 
 
 class DmlResult(TypedDict):
@@ -57,6 +58,9 @@ class DmlResult(TypedDict):
     for a dry run."""
     rows_deleted: int
     rows_inserted: int
+    group_size: int
+    """How many tasks' changes the commit applied: 1, or more for a group commit (the other counts are
+    then this task's own rows, the file counts the commit's)."""
     added_delete_files: int
     added_data_files: int
     removed_data_files: int
@@ -123,7 +127,12 @@ def committed_result(
     duration_s: float,
     replayed: bool = False,
     health: HealthReport | None = None,
+    run_key: RunKey | None = None,
 ) -> DmlResult:
+    own_rows = run_key.group_rows(summary) if run_key is not None else None
+    deleted, inserted = rows_deleted(summary, parent_summary), _count(summary, SummaryKey.ADDED_RECORDS)
+    if own_rows is not None:  # a group commit: this run key's own rows (an UPDATE deletes and re-adds them)
+        deleted, inserted = own_rows, own_rows if inserted else 0
     return DmlResult(
         table=table,
         branch=branch,
@@ -138,8 +147,9 @@ def committed_result(
         replayed=replayed,
         dry_run=False,
         impact=None,
-        rows_deleted=rows_deleted(summary, parent_summary),
-        rows_inserted=_count(summary, SummaryKey.ADDED_RECORDS),
+        rows_deleted=deleted,
+        rows_inserted=inserted,
+        group_size=max(len(group_entries(summary)), 1),
         added_delete_files=_count(summary, SummaryKey.ADDED_DELETE_FILES),
         added_data_files=_count(summary, SummaryKey.ADDED_DATA_FILES),
         removed_data_files=_count(summary, SummaryKey.DELETED_DATA_FILES),
@@ -177,6 +187,7 @@ def noop_result(
         impact=impact,
         rows_deleted=0,
         rows_inserted=0,
+        group_size=1,
         added_delete_files=0,
         added_data_files=0,
         removed_data_files=0,
@@ -198,6 +209,7 @@ def dml_result(
     duration_s: float = 0.0,
     remote_application_id: str | None = None,
     health: HealthReport | None = None,
+    run_key: RunKey | None = None,
 ) -> DmlResult:
     """A DML task's result from the job's record and the snapshots read back.
 
@@ -207,28 +219,19 @@ def dml_result(
     :param head_before: The head of the branch before the job: a no-op's ``snapshot_id``.
     :param remote_application_id: The application id of a remote driver (no record), if known.
     :param health: The table's health after the job (metadata only).
+    :param run_key: The task's run key: in a group commit, its own rows are the ones counted.
     """
-    if record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN):
-        ran_dry = record.outcome is Outcome.DRY_RUN
+    remote_noop = snapshot is None and record is None  # a remote driver that succeeded without a commit
+    if remote_noop or (record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN)):
+        ran_dry = record.outcome is Outcome.DRY_RUN if record is not None else dry_run
         return noop_result(
             table=table,
             branch=branch,
             head_snapshot_id=head_before,
-            spark_app_id=record.spark_app_id,
+            spark_app_id=record.spark_app_id if record is not None else remote_application_id,
             duration_s=duration_s,
-            plan=record.plan.value if record.plan else "noop",
-            impact=dict(record.details) if ran_dry else None,
-            health=health,
-        )
-    if snapshot is None and record is None:
-        # A remote driver that succeeded without a commit: nothing matched, or a dry run.
-        return noop_result(
-            table=table,
-            branch=branch,
-            head_snapshot_id=head_before,
-            spark_app_id=remote_application_id,
-            duration_s=duration_s,
-            impact={} if dry_run else None,
+            plan=record.plan.value if record is not None and record.plan else "noop",
+            impact=(dict(record.details) if record is not None else {}) if ran_dry else None,
             health=health,
         )
     if snapshot is None or snapshot.summary is None:
@@ -244,6 +247,7 @@ def dml_result(
         branch=branch,
         duration_s=duration_s,
         health=health,
+        run_key=run_key,
     )
 
 
@@ -257,6 +261,7 @@ def _commit_result(
     branch: str,
     duration_s: float,
     health: HealthReport | None,
+    run_key: RunKey | None = None,
 ) -> DmlResult:
     """The result of a commit: its numbers from the summaries; the plan and mode from the record,
     unless the commit is an earlier try's (replayed) or the driver ran remotely (no record)."""
@@ -278,6 +283,7 @@ def _commit_result(
         duration_s=duration_s,
         replayed=replayed,
         health=health,
+        run_key=run_key,
     )
 
 

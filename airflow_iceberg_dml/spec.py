@@ -26,7 +26,7 @@ from airflow_iceberg_dml.specs.common import (
     parse_snapshot_id,
     snapshot_id_text,
 )
-from airflow_iceberg_dml.specs.dml import Audits, CommitPolicy, DmlSpec, Guards
+from airflow_iceberg_dml.specs.dml import Audits, CommitPolicy, DmlSpec, GroupMember, Guards
 from airflow_iceberg_dml.specs.erasure import ErasureMode, ErasureSpec, ErasureTarget
 from airflow_iceberg_dml.specs.maintenance import (
     MAINTENANCE_PROCEDURE_KEY,
@@ -59,6 +59,7 @@ __all__ = [
     "ErasureSpec",
     "ErasureTarget",
     "ExpireSnapshotsCall",
+    "GroupMember",
     "Guards",
     "IsolationLevel",
     "JobKind",

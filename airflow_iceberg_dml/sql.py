@@ -53,6 +53,21 @@ def exists_query(source: str, where: str) -> str:
     return f"SELECT 1 AS matched\nFROM {source}\nWHERE\n{where}\nLIMIT 1"
 
 
+def any_of(wheres: Sequence[str]) -> str:
+    """One predicate true where any of ``wheres`` is: a group commit's (starting with ``FALSE``, so
+    that it can follow ``WHERE`` like any other predicate)."""
+    return "FALSE" + "".join(f"\nOR (\n{where}\n)" for where in wheres)
+
+
+def group_count_query(source: str, wheres: Sequence[str]) -> str:
+    """Rows of ``source`` each predicate matches (``rows_0``, ``rows_1``, ...), and ``overlap``: rows
+    that more than one matches. One pass over the files that pruning keeps."""
+    matches = [f"coalesce((\n{where}\n), FALSE)" for where in wheres]
+    counts = ",\n  ".join(f"count_if({match}) AS rows_{index}" for index, match in enumerate(matches))
+    overlap = " + ".join(f"IF({match}, 1, 0)" for match in matches)
+    return f"SELECT\n  {counts},\n  count_if({overlap} > 1) AS overlap\nFROM {source}"
+
+
 def constant_predicate_query(where: str) -> str:
     """Evaluates the predicate with no table in scope: it fails to resolve if it needs a column."""
     return f"SELECT CAST((\n{where}\n) AS BOOLEAN) AS matches_every_row"

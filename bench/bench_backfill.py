@@ -13,7 +13,8 @@ of ``dags/iceberg_dml_backfill.py`` as written over ``--dates`` days of TPC-H ``
   Airflow's own floor on this machine.
 
 Reported per engine and ``--max-active-runs``: changes (tasks) per minute from ``backfill create`` to
-the last run's end, task duration p50 and p95 (from the task instances' start and end), commit
+the last run's end, task duration p50 and p95 (from the task instances' start and end), the commits
+on the table and the most changes one of them applied (group commit, read from their summaries), commit
 conflicts re-planned (the jobs' "Commit conflict" log lines), task retries and failures, and the
 machine's peak memory in use (sampled every second, minus what was in use before the deployment
 started). Each configuration gets a fresh deployment, metadata database and table.
@@ -122,6 +123,7 @@ def _one(
         path.read_text(errors="replace").count("Commit conflict")
         for path in (home / "airflow" / "logs").rglob("*.log")
     )
+    commits = _commits(catalog.load_table(table), dag_id) if engine_kind != "noop" else []
     if engine_kind != "noop":
         catalog.purge_table(table)
     shutil.rmtree(home, ignore_errors=True)
@@ -140,7 +142,19 @@ def _one(
         "task_failures": sum(1 for state, *_ in tries if state != "success"),
         "runs_failed": sum(1 for (state,) in runs if state != "success"),
         "peak_memory_bytes": peak,
+        "commits": len(commits),
+        "changes_committed": sum(commits),
+        "largest_group": max(commits, default=0),
     }
+
+
+def _commits(table: Any, dag_id: str) -> list[int]:
+    """How many changes each commit of the backfill applied (more than one: a group commit)."""
+    from airflow_iceberg_dml.spec import SummaryKey
+    from airflow_iceberg_dml.specs.common import group_entries
+
+    summaries = [s.summary.additional_properties for s in table.metadata.snapshots if s.summary]
+    return [max(len(group_entries(s)), 1) for s in summaries if s.get(SummaryKey.DAG_ID) == dag_id]
 
 
 def main(argv: list[str]) -> None:
@@ -194,11 +208,15 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
                 row[f"vs_{baseline}"] = row["changes_per_minute"] / same[baseline]["changes_per_minute"]
 
 
+def _commits_cell(row: dict[str, Any]) -> str:
+    return f"{row['commits']} ({row['largest_group']})" if row.get("commits") else ""
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The results as a markdown table (docs/benchmarks.md)."""
     return markdown_table(
         ["engine", "max active runs", "changes/min", "vs spark-submit", "vs no-op", "task p50", "task p95",
-         "conflicts re-planned", "retries", "failures", "peak memory"],
+         "commits (largest group)", "conflicts re-planned", "retries", "failures", "peak memory"],
         [
             [
                 LABELS[row["engine"]],
@@ -208,6 +226,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{row['vs_noop']:.2f}x" if "vs_noop" in row else "",
                 f"{row['task_p50_s']:.1f} s",
                 f"{row['task_p95_s']:.1f} s",
+                _commits_cell(row),
                 str(row["conflicts_replanned"]),
                 str(row["task_retries"]),
                 str(row["task_failures"]),

@@ -109,14 +109,12 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     expected = _restated(before)
     assert rows == expected
 
-    # Each run key committed at most once; exactly once where its change matched rows.
-    commits = Counter(
-        (summary.get(SummaryKey.TASK_ID), summary.get(SummaryKey.RUN_ID))
-        for snapshot in after.metadata.snapshots
-        if snapshot.summary
-        and (summary := snapshot.summary.additional_properties).get(SummaryKey.DAG_ID) == DAG_ID
-    )
+    # Each run key committed at most once; exactly once where its change matched rows. A group commit
+    # lists the run keys it applied; any other commit carries its own.
+    applied = [_run_keys(snapshot.summary.additional_properties) for snapshot in after.metadata.snapshots]
+    commits = Counter(key for keys in applied for key in keys)
     assert set(commits.values()) == {1}, commits
+    assert max(len(keys) for keys in applied) > 1, "no change waited for another and was applied with it"
     committed = Counter(task_id for task_id, _ in commits)
     days_with_orders = set(in_window)
     days_with_test_orders = {
@@ -128,6 +126,40 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
         "restate_prices": len(days_with_orders),
         "remove_test_orders": len(days_with_test_orders),
     }
+
+    # Each task's result counts its own day's rows, in a commit of its own or in a group's. A day's
+    # UPDATE and DELETE run in either order: the UPDATE restates the test orders too when it goes first.
+    dates = before["o_orderdate"].to_pylist()
+    clerks = before["o_clerk"].to_pylist()
+    day_rows = Counter(dates)
+    test_rows = Counter(d for d, c in zip(dates, clerks, strict=True) if c <= LAST_TRAINING_CLERK)
+    results = airflow.query(
+        "SELECT x.task_id, to_char(r.logical_date AT TIME ZONE 'UTC', 'YYYY-MM-DD'), x.value FROM xcom x"
+        " JOIN dag_run r ON r.dag_id = x.dag_id AND r.run_id = x.run_id"
+        " WHERE x.dag_id = %s AND x.key = 'return_value'",
+        DAG_ID,
+    )
+    assert len(results) == 2 * len(days)
+    for task_id, day_text, value in results:
+        result = json.loads(value) if isinstance(value, str) else value
+        day = dt.date.fromisoformat(day_text)
+        if task_id == "remove_test_orders":
+            assert result["rows_deleted"] == test_rows[day], (task_id, day, result)
+        else:
+            assert result["rows_deleted"] in (day_rows[day], day_rows[day] - test_rows[day]), (day, result)
+
+
+def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None]]:
+    """The (task, run) of each change of ``DAG_ID`` a commit applied, read from its summary here."""
+    if SummaryKey.GROUP in summary:
+        return [
+            (e["task_id"], e["run_id"])
+            for e in json.loads(summary[SummaryKey.GROUP])
+            if e["dag_id"] == DAG_ID
+        ]
+    if summary.get(SummaryKey.DAG_ID) != DAG_ID:
+        return []
+    return [(summary.get(SummaryKey.TASK_ID), summary.get(SummaryKey.RUN_ID))]
 
 
 def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(

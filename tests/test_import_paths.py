@@ -14,7 +14,8 @@ PUBLIC_NAMES = {
         "CommitPolicy Audits DmlSpec Outcome JobRecord MAINTENANCE_PROCEDURE_KEY MaintenanceProcedure "
         "CompactionStrategy RewriteDataFilesCall RewritePositionDeleteFilesCall RewriteManifestsCall "
         "ExpireSnapshotsCall RemoveOrphanFilesCall ProcedureCall MaintenanceSpec ErasureMode ErasureTarget "
-        "ErasureSpec Check CheckKind CheckSpec MergeAction MergeClause MergeSource MergeSpec MergeWhen"
+        "ErasureSpec Check CheckKind CheckSpec MergeAction MergeClause MergeSource MergeSpec MergeWhen "
+        "GroupMember"
     ),
     "airflow_iceberg_dml.health": (
         "MIB DEFAULT_MAX_SNAPSHOT_AGE_MS DEFAULT_MIN_SNAPSHOTS_TO_KEEP MAX_SNAPSHOT_AGE_PROPERTY "

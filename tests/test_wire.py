@@ -20,6 +20,7 @@ from airflow_iceberg_dml.spec import (
     ErasureSpec,
     ErasureTarget,
     ExpireSnapshotsCall,
+    GroupMember,
     Guards,
     IsolationLevel,
     JobKind,
@@ -60,6 +61,7 @@ FULL = [
             exactly_once=False, conflict_retries=5, isolation_level=IsolationLevel.SNAPSHOT
         ),
         audits=Audits({"a": "SELECT true"}, keep_failed_branch=True),
+        group=(GroupMember(RunKey("dag", "task", "run-2", -1), "id = 2"),),
         version=SPEC_VERSION,
     ),
     MaintenanceSpec(
@@ -211,6 +213,7 @@ def test_the_wire_format_is_the_dataclass_fields_with_sorted_keys():
         "commit_policy": {"conflict_retries": 2, "exactly_once": True, "isolation_level": None},
         "dry_run": False,
         "expected_snapshot_id": None,
+        "group": [],
         "guards": {"max_fraction_affected": None, "max_rows_affected": None},
         "kind": "delete",
         "parameters": {},

@@ -22,6 +22,7 @@ from airflow_iceberg_dml.exceptions import (
     SnapshotMismatchError,
 )
 from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
+from airflow_iceberg_dml.jobs.dml_group import Group, GroupCommit
 from airflow_iceberg_dml.jobs.dml_impact import DmlImpact
 from airflow_iceberg_dml.jobs.dml_validation import DmlValidation
 from airflow_iceberg_dml.jobs.row_level import (
@@ -63,7 +64,7 @@ def _one_line(statement: str) -> str:
     return " ".join(line.strip() for line in statement.splitlines() if line.strip())
 
 
-class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish[DmlSpec]):
+class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
     """Carries out one :class:`DmlSpec` on a running SparkSession."""
 
     def __init__(self, spark: SparkSession, spec: DmlSpec) -> None:
@@ -79,6 +80,8 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish[DmlSpec]):
         self.target = self._target(self.ref)
         #: Set once the predicate has run over the rows: a later failure is then in ``set``.
         self._where_evaluated = False
+        #: The changes this attempt applies together (a group commit), or None: this one alone.
+        self._group: Group | None = None
         self.where = self._bind(spec.where, InvalidPredicateError, "where")
         self.assignments = {
             column: self._bind(expression, InvalidExpressionError, f"set[{column!r}]")
@@ -143,7 +146,13 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish[DmlSpec]):
         if plan is Plan.NOOP:
             log("The predicate is constant false: nothing to change.")
             return self._record(Outcome.NOOP, plan, None, None)
-        return self._before_writing(plan, head_before) or self._commit(plan, head_before)
+        self._group = self._gather(head_before) if spec.group and plan is Plan.ROW_LEVEL else None
+        if self._group is None:
+            return self._before_writing(plan, head_before) or self._commit(plan, head_before)
+        if self._group.own_rows == 0:
+            log(f"No row matches at snapshot {head_before}: nothing to change, nothing committed.")
+            return self._record(Outcome.NOOP, Plan.NOOP, None, None)
+        return self._commit(plan, head_before)
 
     def _before_writing(self, plan: Plan, head_before: int) -> JobRecord | None:
         """The dry run's record, a guard's error, or a no-op when no row matches; None to go on."""
@@ -200,9 +209,11 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish[DmlSpec]):
         write_mode = self._resolve_write_mode(properties)
         self._apply_isolation_level(properties)
         statement = self._statement(self._target(ref), spec.where, spec.assignments)
-        log(f"Plan: row-level {write_mode.value}: {_one_line(statement)}")
+        grouped = f" (with {len(self._group.entries) - 1} waiting change(s))" if self._group else ""
+        log(f"Plan: row-level {write_mode.value}: {_one_line(statement)}{grouped}")
+        where = self._group.where if self._group else self.where
         with self._naming_input_errors():
-            self._execute(self._statement(self._target(ref), self.where, self.assignments), plan)
+            self._execute(self._statement(self._target(ref), where, self.assignments), plan)
         return write_mode, statement
 
     def _record(
@@ -289,7 +300,13 @@ class DmlJob(DmlValidation, DmlImpact, WriteAuditPublish[DmlSpec]):
     # -- writing ---------------------------------------------------------------------------------
 
     def _commit_properties(self, plan: Plan) -> dict[str, str]:
-        return {**self.spec.snapshot_properties, SummaryKey.PLAN: plan.value, SummaryKey.JOB_ID: self.job_id}
+        group = self._group.summary() if self._group else {}
+        return {
+            **self.spec.snapshot_properties,
+            SummaryKey.PLAN: plan.value,
+            SummaryKey.JOB_ID: self.job_id,
+            **group,
+        }
 
     def _execute(self, statement: str, plan: Plan) -> None:
         with commit_summary(self.spark, self._commit_properties(plan)):

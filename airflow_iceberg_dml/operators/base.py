@@ -8,7 +8,10 @@
       load           the table (IcebergCatalogHook)
       plan(run, table)          -> the operator: a JobPlan (its spec from build_spec), or a result
                                    with no job at all
-      turn                      one writer per table on this host (table_lock.py), while the job runs
+      turn                      one writer per table on this host (table_lock.py), while the job runs;
+                                meanwhile the change is on offer to the task whose turn it is
+      on_turn(run, plan, turn)  -> the operator: the job, with the waiting changes it claimed (group
+                                   commit, group_commit.py), or the result when one of those applied it
       submit                    -> the engine of spark_conn_id (hooks/engines.py: engine_for); what
                                    a later try needs is stored as soon as the job starts
       collect(run, plan, record) -> the operator: the table read back, then to_result
@@ -40,6 +43,7 @@ from airflow.sdk.exceptions import AirflowRuntimeError
 
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import IcebergDmlError
+from airflow_iceberg_dml.group_commit import Offer, queue_folder
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
@@ -49,6 +53,7 @@ from airflow_iceberg_dml.table_lock import lock_path, table_turn
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
 
     from airflow.sdk import Asset, Context
     from pydantic import JsonValue
@@ -56,7 +61,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.hooks.engines import SparkEngine
-    from airflow_iceberg_dml.spec import JobRecord, JobSpec
+    from airflow_iceberg_dml.spec import GroupMember, JobRecord, JobSpec
 
 BeforeT = TypeVar("BeforeT")
 ResultT = TypeVar("ResultT")
@@ -102,6 +107,19 @@ class JobPlan(Generic[BeforeT]):
 
 
 @dataclass
+class Turn:
+    """A task's turn on its table: where changes are on offer, and its own offer (None: not offered)."""
+
+    folder: Path | None = None
+    key: str | None = None
+    offer: Offer | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.folder is not None and self.key is not None:
+            self.offer = Offer(self.folder)
+
+
+@dataclass
 class JobRun:
     """One execution of an operator: its context, its catalog, when it started."""
 
@@ -137,6 +155,12 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         :mod:`airflow_iceberg_dml.table_lock`): concurrent changes of a table whose files mix their
         rows would otherwise conflict at commit and re-run whole. The wait is in the task log. Across
         worker hosts, give the tasks of a table an Airflow pool of one slot (docs/reliability.md).
+    :param group_commit: When True (default), with ``one_writer_per_table``: while this task waits for
+        its turn, its change is on offer to the task whose turn it is, and once its own turn comes it
+        applies the waiting changes that differ from its own in their rows only, in one statement and
+        one commit (DELETE and UPDATE in merge-on-read, when their rows do not overlap; see
+        :mod:`airflow_iceberg_dml.group_commit` and docs/reliability.md). Each task's result is its own:
+        its rows, in the shared commit. False: this task's change is always a commit of its own.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -156,6 +180,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         spark_conf: Mapping[str, Any] | None = None,
         durable: bool = True,
         one_writer_per_table: bool = True,
+        group_commit: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -167,6 +192,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         self.spark_conf = spark_conf
         self.durable = durable
         self.one_writer_per_table = one_writer_per_table
+        self.group_commit = group_commit
         self._engine: SparkEngine | None = None
         self._outlet: AssetAlias | None = None
         if self.asset_alias_prefix is not None:
@@ -213,33 +239,57 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         with bad_input_fails_the_task():
             store = self._task_state_store(context)
             self._reattach(store)  # what follows sees the table as that earlier job left it
-            planned = self.plan(run, run.catalog_hook.load_table(self.table))
-            if isinstance(planned, JobPlan):
-                with self._turn(run):  # the job plans and commits on the head it finds once it has it
-                    record = self._submit(planned.spec, run, store)
-                result = self.collect(run, planned, record)
-            else:
-                result = planned
+            result = self._run(run, store, self.plan(run, run.catalog_hook.load_table(self.table)))
             self.report(run, result)
             return result
 
+    def _run(self, run: JobRun, store: TaskStateStore | None, planned: JobPlan[BeforeT] | ResultT) -> ResultT:
+        """The job of ``planned`` in this task's turn on the table, and its result read back."""
+        if not isinstance(planned, JobPlan):
+            return planned
+        with self._turn(run, planned) as turn:  # the job plans and commits on the head it finds then
+            planned = self.on_turn(run, planned, turn)
+            if not isinstance(planned, JobPlan):
+                return planned
+            record = self._submit(planned.spec, run, store)
+        return self.collect(run, planned, record)
+
     @contextmanager
-    def _turn(self, run: JobRun) -> Iterator[None]:
-        """This task's turn on the table among the writers on this host (``one_writer_per_table``)."""
+    def _turn(self, run: JobRun, planned: JobPlan[BeforeT]) -> Iterator[Turn]:
+        """This task's turn on the table among the writers on this host (``one_writer_per_table``),
+        with its change on offer to the others meanwhile when it can be grouped (``group_commit``)."""
         if not self.one_writer_per_table:
-            yield
+            yield Turn()
             return
         path = lock_path(run.catalog_hook.catalog_config.properties["uri"], self.table)
         key = run_key(run.context)
         holder = f"{key.dag_id}.{key.task_id} {key.run_id}" + (
             f"[{key.map_index}]" if key.map_index >= 0 else ""
         )
-        with table_turn(path, holder, self.log) as waited:
-            if waited >= 1:
-                self.log.info(
-                    "Waited %.1f s for the turn on %s (another task was changing it).", waited, self.table
-                )
-            yield
+        offered = self.group_offer(planned) if self.group_commit else None
+        turn = Turn(queue_folder(path), offered[0]) if offered else Turn()
+        try:
+            if offered and turn.offer is not None:
+                turn.offer.post(*offered)
+            with table_turn(path, holder, self.log) as waited:
+                if waited >= 1:
+                    self.log.info(
+                        "Waited %.1f s for the turn on %s (another task was changing it).", waited, self.table
+                    )
+                yield turn
+        finally:
+            if turn.offer is not None:
+                turn.offer.withdraw()
+
+    def group_offer(self, planned: JobPlan[BeforeT]) -> tuple[str, GroupMember] | None:
+        """What this task offers to apply with others' changes (its group key and change); None by
+        default: only the DML operators' changes can be grouped (:mod:`airflow_iceberg_dml.group_commit`)."""
+        return None
+
+    def on_turn(self, run: JobRun, planned: JobPlan[BeforeT], turn: Turn) -> JobPlan[BeforeT] | ResultT:
+        """Once the turn is this task's: the job to run (``planned``, or with waiting changes added), or
+        the result when another task's job already applied this one. ``planned`` by default."""
+        return planned
 
     def report(self, run: JobRun, result: ResultT) -> None:
         """Emit the result's asset events and log it; lineage (when the operator reports it) reads it."""

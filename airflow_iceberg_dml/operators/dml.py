@@ -28,6 +28,7 @@ from airflow_iceberg_dml.operators.base import (
 )
 from airflow_iceberg_dml.operators.dml_input import audit_queries, checked_assignments, given_once, grouped
 from airflow_iceberg_dml.operators.dml_report import log_dml_health, log_dml_result
+from airflow_iceberg_dml.operators.dml_turn import DmlTurn, parent_of
 from airflow_iceberg_dml.result import DmlResult, dml_result
 from airflow_iceberg_dml.spec import (
     Audits,
@@ -37,9 +38,7 @@ from airflow_iceberg_dml.spec import (
     IsolationLevel,
     JobKind,
     JobRecord,
-    Outcome,
     ScalarParameter,
-    SummaryKey,
     WriteMode,
     parse_snapshot_id,
 )
@@ -51,10 +50,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
-    from pyiceberg.table.snapshots import Snapshot
 
-    from airflow_iceberg_dml.health import HealthReport
-    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.spec import MergeSpec
 
 
@@ -65,7 +61,9 @@ ASSET_EVENT_KEYS = (
 )
 
 
-class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOperator[int | None, DmlResult]):
+class BaseIcebergDmlOperator(
+    lineage.IcebergLineageMixin, DmlTurn, BaseIcebergSparkJobOperator[int | None, DmlResult]
+):
     """Base of :class:`IcebergDeleteOperator` and :class:`IcebergUpdateOperator`.
 
     :param table: ``namespace.table`` in the catalog of ``catalog_conn_id``. (templated)
@@ -297,31 +295,6 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         )
         return JobPlan(spec, head_id)
 
-    def _replay(
-        self, run: JobRun, table: Table, spec: DmlSpec | MergeSpec, head_id: int | None
-    ) -> DmlResult | None:
-        """The result of an earlier try of this run key that committed, or None (exactly once)."""
-        if not spec.commit_policy.exactly_once or spec.dry_run or spec.run_key is None:
-            return None
-        earlier = run.catalog_hook.find_run_commits(table, spec.run_key, spec.branch)
-        if not earlier:
-            return None
-        summary = earlier[0].summary.additional_properties if earlier[0].summary else {}
-        self.log.info(
-            "Run %s already committed snapshot %s (try %s): returning its result, committing nothing.",
-            spec.run_key,
-            earlier[0].snapshot_id,
-            summary.get(SummaryKey.TRY_NUMBER),
-        )
-        return self.to_result(
-            JobRecord(outcome=Outcome.REPLAYED, snapshot_id=earlier[0].snapshot_id),
-            snapshot=earlier[0],
-            parent=_parent(table, earlier[0]),
-            head_before=head_id,
-            duration_s=run.elapsed(),
-            health=self._health_after(run.catalog_hook, table),
-        )
-
     def collect(self, run: JobRun, plan: JobPlan[int | None], record: JobRecord | None) -> DmlResult:
         table = run.catalog_hook.load_table(self.table)
         snapshot = None
@@ -345,20 +318,13 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
         return self.to_result(
             record,
             snapshot=snapshot,
-            parent=_parent(table, snapshot),
+            parent=parent_of(table, snapshot),
             head_before=plan.before,
             duration_s=run.elapsed(),
             remote_application_id=application_id,
             health=self._health_after(run.catalog_hook, table),
+            run_key=run_key(run.context),
         )
-
-    def _health_after(self, catalog_hook: IcebergCatalogHook, table: Table) -> HealthReport | None:
-        """The table's health from its metadata (main's head), or None when it cannot be read."""
-        try:
-            return catalog_hook.health(table)
-        except Exception as error:  # noqa: BLE001 - the change stands; its health is informative only
-            self.log.warning("Could not read the health of %s after the change: %s", self.table, error)
-            return None
 
     def asset_events(self, run: JobRun, result: DmlResult) -> list[tuple[Asset, dict[str, JsonValue]]]:
         if result["noop"] and not self.asset_event_on_noop:
@@ -392,9 +358,3 @@ class BaseIcebergDmlOperator(lineage.IcebergLineageMixin, BaseIcebergSparkJobOpe
             parameter_names=[str(name) for name in parameters],
         )
         return lineage.dml_lineage(names, table, result, statement)
-
-
-def _parent(table: Table, snapshot: Snapshot | None) -> Snapshot | None:
-    if snapshot is None or snapshot.parent_snapshot_id is None:
-        return None
-    return table.snapshot_by_id(snapshot.parent_snapshot_id)

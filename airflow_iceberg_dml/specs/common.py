@@ -3,6 +3,7 @@ and the one way they are written as JSON (:mod:`airflow_iceberg_dml.wire`). Stan
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
@@ -83,6 +84,9 @@ class SummaryKey:
     #: An erasure's commits: which request they carry out, and when its bytes must be gone (UTC, ISO 8601).
     ERASURE_ID = "airflow-iceberg-dml.erasure-id"
     PURGE_BY = "airflow-iceberg-dml.purge-by"
+    #: A group commit: the changes of several waiting tasks in one commit, as a JSON list of their run
+    #: keys and rows (``dag_id``, ``task_id``, ``run_id``, ``map_index``, ``rows``).
+    GROUP = "airflow-iceberg-dml.group"
 
     # Written by Iceberg and Spark.
     SPARK_APP_ID = "spark.app.id"
@@ -150,13 +154,40 @@ class RunKey:
         }
 
     def matches(self, summary: Mapping[str, str]) -> bool:
-        """True when a snapshot summary carries this run key (any try)."""
+        """True when a snapshot summary carries this run key (any try), as its own or in its group."""
         return (
             summary.get(SummaryKey.DAG_ID) == self.dag_id
             and summary.get(SummaryKey.TASK_ID) == self.task_id
             and summary.get(SummaryKey.RUN_ID) == self.run_id
             and summary.get(SummaryKey.MAP_INDEX) == str(self.map_index)
-        )
+        ) or self.group_rows(summary) is not None
+
+    def group_entry(self, rows: int) -> dict[str, Any]:
+        """This run key and the rows its change matched, as one entry of a group commit's summary."""
+        return {
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "map_index": self.map_index,
+            "rows": rows,
+        }
+
+    def group_rows(self, summary: Mapping[str, str]) -> int | None:
+        """The rows this run key's change matched in a group commit's summary; None when not in one."""
+        for entry in group_entries(summary):
+            if {**entry, "rows": 0} == self.group_entry(0):
+                rows = entry.get("rows")
+                return rows if isinstance(rows, int) else None
+        return None
+
+
+def group_entries(summary: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The changes a group commit applied (run key and rows each), from its summary; empty for any other."""
+    try:
+        entries = json.loads(summary.get(SummaryKey.GROUP) or "[]")
+    except ValueError:
+        return []
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
 
 ScalarParameter = str | int | float | bool | None

@@ -87,6 +87,22 @@ class Audits:
 
 
 @dataclass(frozen=True)
+class GroupMember:
+    """Another task's change that this job applies in its own commit (a group commit).
+
+    The member waited for its turn on the same table with a change that differs from this job's in
+    its rows only: same kind, table, branch, ``set`` expressions and commit settings.
+
+    :param run_key: The member's run key; the group commit carries it, so that the member (and any
+        later try of it) finds the commit as its own.
+    :param where: The member's predicate, its parameters already bound.
+    """
+
+    run_key: RunKey
+    where: str
+
+
+@dataclass(frozen=True)
 class DmlSpec(JsonSpec):
     """One DELETE or UPDATE, as the Spark job receives it.
 
@@ -109,6 +125,8 @@ class DmlSpec(JsonSpec):
     :param guards: :class:`Guards`: limits on the rows the change may touch.
     :param commit_policy: :class:`CommitPolicy`: exactly once, conflict retries, isolation level.
     :param audits: :class:`Audits`: write-audit-publish queries.
+    :param group: Waiting tasks' changes to apply in this job's commit, when their rows and this
+        change's rows do not overlap (:class:`GroupMember`; see ``group_commit`` on the operators).
     """
 
     application: ClassVar[str] = "dml.py"
@@ -129,4 +147,5 @@ class DmlSpec(JsonSpec):
     guards: Guards = field(default_factory=Guards)
     commit_policy: CommitPolicy = field(default_factory=CommitPolicy)
     audits: Audits = field(default_factory=Audits)
+    group: tuple[GroupMember, ...] = ()
     version: int = SPEC_VERSION

@@ -1,0 +1,138 @@
+"""What a DML task does around its turn on the table: an earlier commit of its run key, and group commit.
+
+Before the turn, the task asks the table whether its run key committed already (exactly once). While
+it waits, its change is on offer to the task whose turn it is (:mod:`airflow_iceberg_dml.group_commit`).
+Once the turn is its own, either a task before it applied the change (its run key is in a commit's
+group: the result is read from that commit), or it claims the changes still on offer and its job
+applies them with its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from airflow_iceberg_dml.group_commit import bound_where, claim, group_key
+from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
+from airflow_iceberg_dml.result import DmlResult
+from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobRecord, Outcome, Plan, SummaryKey, WriteMode
+from airflow_iceberg_dml.specs.common import group_entries
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from airflow_iceberg_dml.health import HealthReport
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.spec import MergeSpec, RunKey
+
+
+def parent_of(table: Table, snapshot: Snapshot | None) -> Snapshot | None:
+    """The parent of ``snapshot`` while the table's history still has it."""
+    if snapshot is None or snapshot.parent_snapshot_id is None:
+        return None
+    return table.snapshot_by_id(snapshot.parent_snapshot_id)
+
+
+def _shown(key: RunKey) -> str:
+    return f"{key.dag_id}.{key.task_id} {key.run_id}" + (f"[{key.map_index}]" if key.map_index >= 0 else "")
+
+
+class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
+    """The DML operators' side of the turn: exactly once before it, group commit in it."""
+
+    branch: str | None
+
+    if TYPE_CHECKING:
+
+        def to_result(self, record: JobRecord | None, **read_back: Any) -> DmlResult: ...
+
+    def group_offer(self, planned: JobPlan[int | None]) -> tuple[str, GroupMember] | None:
+        spec = planned.spec
+        if not isinstance(spec, DmlSpec) or spec.run_key is None:
+            return None
+        key = group_key(spec)
+        return None if key is None else (key, GroupMember(spec.run_key, bound_where(spec)))
+
+    def on_turn(
+        self, run: JobRun, planned: JobPlan[int | None], turn: Turn
+    ) -> JobPlan[int | None] | DmlResult:
+        if turn.offer is None or turn.folder is None or turn.key is None:
+            return planned
+        spec = planned.spec
+        assert isinstance(spec, DmlSpec)  # group_offer offers nothing else
+        if turn.offer.claimed():
+            table = run.catalog_hook.load_table(self.table)
+            applied = self._replay(run, table, spec, planned.before, grouped=True)
+            if applied is not None:
+                return applied
+            self.log.info(
+                "A task before this one took this change into its group, but the table has no commit of it "
+                "(that task failed, or its job left the change out): applying it on its own."
+            )
+        turn.offer.withdraw()
+        members = claim(turn.folder, turn.key)
+        if not members:
+            return planned
+        self.log.info(
+            "Group commit: applying %d waiting change(s) with this one, in one commit: %s",
+            len(members),
+            "; ".join(_shown(member.run_key) for member in members),
+        )
+        return JobPlan(replace(spec, group=tuple(members)), planned.before)
+
+    def _replay(
+        self,
+        run: JobRun,
+        table: Table,
+        spec: DmlSpec | MergeSpec,
+        head_id: int | None,
+        *,
+        grouped: bool = False,
+    ) -> DmlResult | None:
+        """The result of a commit of this run key already in the table, or None: an earlier try's
+        (exactly once), or, ``grouped``, the commit of the task that applied this change with its own."""
+        if not spec.commit_policy.exactly_once or spec.dry_run or spec.run_key is None:
+            return None
+        earlier = run.catalog_hook.find_run_commits(table, spec.run_key, spec.branch)
+        if not earlier:
+            return None
+        summary = earlier[0].summary.additional_properties if earlier[0].summary else {}
+        if grouped:
+            self.log.info(
+                "Group commit: snapshot %s applied this change (%s row(s)) with %s other change(s).",
+                earlier[0].snapshot_id,
+                spec.run_key.group_rows(summary),
+                max(len(group_entries(summary)) - 1, 0),
+            )
+            record = JobRecord(
+                outcome=Outcome.COMMITTED,
+                snapshot_id=earlier[0].snapshot_id,
+                plan=Plan.ROW_LEVEL,
+                write_mode=WriteMode.MERGE_ON_READ.value,
+            )
+        else:
+            self.log.info(
+                "Run %s already committed snapshot %s (try %s): returning its result, committing nothing.",
+                spec.run_key,
+                earlier[0].snapshot_id,
+                summary.get(SummaryKey.TRY_NUMBER),
+            )
+            record = JobRecord(outcome=Outcome.REPLAYED, snapshot_id=earlier[0].snapshot_id)
+        return self.to_result(
+            record,
+            snapshot=earlier[0],
+            parent=parent_of(table, earlier[0]),
+            head_before=head_id,
+            duration_s=run.elapsed(),
+            health=self._health_after(run.catalog_hook, table),
+            run_key=run_key(run.context),
+        )
+
+    def _health_after(self, catalog_hook: IcebergCatalogHook, table: Table) -> HealthReport | None:
+        """The table's health from its metadata (main's head), or None when it cannot be read."""
+        try:
+            return catalog_hook.health(table)
+        except Exception as error:  # noqa: BLE001 - the change stands; its health is informative only
+            self.log.warning("Could not read the health of %s after the change: %s", self.table, error)
+            return None

@@ -1,0 +1,350 @@
+"""Group commit (group_commit.py, jobs/dml_group.py, operators/dml_turn.py): the task whose turn it is
+applies the waiting tasks' changes with its own, in one commit, each task's rows its own.
+
+The offers and claims are tested with real files and a real process that dies; the job on the shared
+SparkSession, every count checked against pyarrow over the table as it was; the claiming task as a real
+Airflow task (``dag.test()``) over the session's Spark Connect server, and the claimed task's side by the
+operator's own ``on_turn``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from airflow_iceberg_dml.group_commit import Offer, bound_where, claim, group_key, queue_folder
+from airflow_iceberg_dml.jobs.dml import DmlJob
+from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.result import dml_result
+from airflow_iceberg_dml.spec import (
+    Audits,
+    CommitPolicy,
+    DmlSpec,
+    GroupMember,
+    Guards,
+    JobKind,
+    Outcome,
+    RunKey,
+    SummaryKey,
+    WriteMode,
+)
+from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, lock_path
+from tests.conftest import (
+    CATALOG,
+    create_orders_table,
+    load,
+    new_table_name,
+    run_dag,
+    task_context,
+    task_states,
+    xcom_result,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyiceberg.table import Table
+
+LEADER = RunKey("backfill", "restate", "backfill__1995-01-01", -1)
+
+
+def _key(day: int) -> RunKey:
+    return RunKey("backfill", "restate", f"backfill__1995-01-{day:02d}", -1)
+
+
+def _spec(table: str, where: str, run_key: RunKey = LEADER, **fields: Any) -> DmlSpec:
+    return DmlSpec(
+        kind=fields.pop("kind", JobKind.DELETE),
+        catalog=CATALOG,
+        table=table,
+        where=where,
+        run_key=run_key,
+        snapshot_properties=run_key.summary_properties(try_number=1),
+        **fields,
+    )
+
+
+def _summary(table: Table) -> dict[str, str]:
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    assert snapshot.summary is not None
+    return snapshot.summary.additional_properties
+
+
+def _matching(table: Table, column: str, values: list[int]) -> int:
+    arrow = table.scan().to_arrow()
+    return int(pc.sum(pc.is_in(arrow[column], value_set=pa.array(values))).as_py() or 0)
+
+
+# -- which changes can share a commit: pure ----------------------------------------------------------------
+
+
+def test_changes_that_differ_in_their_rows_only_share_a_group_key() -> None:
+    day_one = _spec("ns.t", "day = :day", parameters={"day": 1})
+    day_two = _spec("ns.t", "day = :day", _key(2), parameters={"day": 2})
+    assert group_key(day_one) is not None
+    assert group_key(day_one) == group_key(day_two)
+    assert bound_where(day_two) == "day = 2"
+    update = _spec("ns.t", "day = 1", kind=JobKind.UPDATE, assignments={"price": "price * :rate"})
+    assert group_key(update) != group_key(day_one)  # another kind
+    assert group_key(replace(update, parameters={"rate": 2})) != group_key(
+        replace(update, parameters={"rate": 3})
+    )
+    assert group_key(_spec("ns.other", "day = 1")) != group_key(day_one)
+    assert group_key(replace(day_one, branch="audit")) != group_key(day_one)
+    assert group_key(replace(day_one, snapshot_properties={"batch": "b-1"})) != group_key(day_one)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"dry_run": True},
+        {"guards": Guards(max_rows_affected=10)},
+        {"audits": Audits({"ok": "SELECT true"})},
+        {"expected_snapshot_id": 1},
+        {"run_key": None},
+        {"commit_policy": CommitPolicy(exactly_once=False)},
+        {"write_mode": WriteMode.COPY_ON_WRITE},
+        {"write_mode": WriteMode.TABLE},
+        {"parameters": {}},  # :day has no value: the job says so when the change runs alone
+        {"group": (GroupMember(_key(2), "day = 2"),)},
+    ],
+)
+def test_changes_about_their_own_commit_are_never_grouped(change: dict[str, Any]) -> None:
+    spec = _spec("ns.t", "day = :day", parameters={"day": 1})
+    assert group_key(replace(spec, **change)) is None
+
+
+def test_an_update_whose_predicate_reads_a_column_it_sets_is_never_grouped() -> None:
+    sets_status = {"status": "'X'"}
+    reads = _spec("ns.t", "status = 'O' AND day = 1", kind=JobKind.UPDATE, assignments=sets_status)
+    assert group_key(reads) is None
+    assert group_key(replace(reads, where="`Status` = 'O'")) is None
+    assert group_key(replace(reads, where="status_code = 'O' AND day = 1")) is not None
+
+
+# -- offers and claims: real files, a real process ------------------------------------------------------
+
+
+def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_path: Path) -> None:
+    folder = queue_folder(tmp_path / "demo.orders.lock")
+    same = [Offer(folder) for _ in range(3)]
+    for day, offer in enumerate(same, start=2):
+        offer.post("key-a", GroupMember(_key(day), f"day = {day}"))
+    other = Offer(folder)
+    other.post("key-b", GroupMember(_key(9), "day = 9"))
+
+    claimed = claim(folder, "key-a", limit=2)
+
+    assert [member.run_key for member in claimed] == [_key(2), _key(3)]  # oldest first, at most the limit
+    assert [offer.claimed() for offer in same] == [True, True, False]
+    assert not other.claimed()
+    assert claim(folder, "key-a") == [GroupMember(_key(4), "day = 4")]
+    for offer in [*same, other]:
+        offer.withdraw()
+    assert list(folder.iterdir()) == []
+
+
+def test_the_offer_of_a_task_that_died_waiting_is_removed_not_applied(tmp_path: Path) -> None:
+    folder = queue_folder(tmp_path / "demo.orders.lock")
+    ready = tmp_path / "posted"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from airflow_iceberg_dml.group_commit import Offer
+        from airflow_iceberg_dml.spec import GroupMember, RunKey
+        Offer(Path({str(folder)!r})).post("key-a", GroupMember(RunKey("d", "t", "r", -1), "day = 1"))
+        Path({str(ready)!r}).write_text("posted")
+        time.sleep(600)
+        """
+    )
+    waiting = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert waiting.poll() is None, "the waiting task exited before it posted"
+        assert time.monotonic() < deadline, "the waiting task did not post within 60 s"
+        time.sleep(0.05)
+    assert len(list(folder.glob("*.json"))) == 1
+    waiting.kill()
+    waiting.wait()
+
+    assert claim(folder, "key-a") == []
+    assert list(folder.glob("*")) == []
+
+
+# -- the job: one statement, one commit, each change's rows ------------------------------------------------
+
+
+def test_a_group_commit_applies_disjoint_deletes_in_one_commit_with_each_ones_rows(
+    spark, catalog_hook
+) -> None:
+    name = create_orders_table(spark, new_table_name("group_delete"), rows=3000)
+    before = load(catalog_hook, name)
+    snapshots_before = len(before.metadata.snapshots)
+    group = (
+        GroupMember(_key(2), "customer_id = 8"),
+        GroupMember(_key(3), "customer_id = 9 AND status = 'O'"),
+        GroupMember(_key(4), "customer_id = 1000"),  # matches nothing: left out
+    )
+
+    record = DmlJob(spark, _spec(name, "customer_id = 7", group=group)).run()
+
+    after = load(catalog_hook, name)
+    assert record.outcome is Outcome.COMMITTED
+    assert len(after.metadata.snapshots) == snapshots_before + 1
+    summary = _summary(after)
+    entries = json.loads(summary[SummaryKey.GROUP])
+    arrow = before.scan().to_arrow()
+    expected = {
+        LEADER: _matching(before, "customer_id", [7]),
+        _key(2): _matching(before, "customer_id", [8]),
+        _key(3): len(
+            arrow.filter(pc.and_(pc.equal(arrow["customer_id"], 9), pc.equal(arrow["status"], "O")))
+        ),
+    }
+    assert {
+        RunKey(e["dag_id"], e["task_id"], e["run_id"], e["map_index"]): e["rows"] for e in entries
+    } == expected
+    for run_key, rows in expected.items():
+        assert run_key.matches(summary)
+        assert run_key.group_rows(summary) == rows
+    assert not _key(4).matches(summary)
+    remaining = after.scan().to_arrow()
+    gone = pc.or_(
+        pc.is_in(arrow["customer_id"], value_set=pa.array([7, 8])),
+        pc.and_(pc.equal(arrow["customer_id"], 9), pc.equal(arrow["status"], "O")),
+    )
+    assert sorted(remaining["order_id"].to_pylist()) == sorted(
+        arrow.filter(pc.invert(gone))["order_id"].to_pylist()
+    )
+
+    # Each task's result is its own rows, in the one commit.
+    snapshot = after.current_snapshot()
+    parent = after.snapshot_by_id(snapshot.parent_snapshot_id)
+    for run_key, rows in expected.items():
+        result = dml_result(
+            None, table=name, branch="main", dry_run=False, snapshot=snapshot, parent=parent, run_key=run_key
+        )
+        assert (result["rows_deleted"], result["rows_inserted"], result["group_size"]) == (rows, 0, 3)
+
+
+def test_a_group_update_sets_each_changes_rows_once(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("group_update"), rows=900)
+    before = load(catalog_hook, name).scan().to_arrow()
+    update = {"kind": JobKind.UPDATE, "assignments": {"amount": "amount * 2"}}
+    group = (GroupMember(_key(2), "order_id BETWEEN 101 AND 200"),)
+
+    record = DmlJob(spark, _spec(name, "order_id <= 100", group=group, **update)).run()
+
+    after = load(catalog_hook, name)
+    assert record.outcome is Outcome.COMMITTED
+    entries = json.loads(_summary(after)[SummaryKey.GROUP])
+    assert [e["rows"] for e in entries] == [100, 100]
+    amounts = dict(zip(before["order_id"].to_pylist(), before["amount"].to_pylist(), strict=True))
+    expected = {order: amount * 2 if order <= 200 else amount for order, amount in amounts.items()}
+    arrow = after.scan().to_arrow()
+    assert dict(zip(arrow["order_id"].to_pylist(), arrow["amount"].to_pylist(), strict=True)) == expected
+
+
+def test_overlapping_changes_are_applied_one_at_a_time_not_together(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("group_overlap"), rows=900)
+    update = {"kind": JobKind.UPDATE, "assignments": {"amount": "amount + 1"}}
+    # Order 7 is in both: together it would get +1 once, one after the other +2.
+    group = (GroupMember(_key(2), "order_id BETWEEN 7 AND 9"),)
+
+    record = DmlJob(spark, _spec(name, "order_id <= 7", group=group, **update)).run()
+
+    after = load(catalog_hook, name)
+    summary = _summary(after)
+    assert record.outcome is Outcome.COMMITTED
+    assert SummaryKey.GROUP not in summary
+    assert LEADER.matches(summary)
+    assert not _key(2).matches(summary)
+    assert int(summary["added-records"]) == 7
+
+
+def test_a_change_already_committed_or_unreadable_is_left_out(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("group_left_out"), rows=900)
+    DmlJob(spark, _spec(name, "order_id = 1", _key(2))).run()  # day 2's change committed on its own
+
+    DmlJob(spark, _spec(name, "order_id = 2", group=(GroupMember(_key(2), "order_id = 3"),))).run()
+    summary = _summary(load(catalog_hook, name))
+    assert [e["run_id"] for e in json.loads(summary[SummaryKey.GROUP])] == [LEADER.run_id]
+    assert load(catalog_hook, name).scan(row_filter="order_id = 3").to_arrow().num_rows == 1
+
+    # A waiting change whose predicate cannot run: this change is applied alone, the other is untouched.
+    bad = (GroupMember(_key(5), "no_such_column = 1"),)
+    record = DmlJob(spark, _spec(name, "order_id = 4", _key(4), group=bad)).run()
+    summary = _summary(load(catalog_hook, name))
+    assert record.outcome is Outcome.COMMITTED
+    assert SummaryKey.GROUP not in summary
+    assert _key(4).matches(summary)
+
+
+def test_a_claiming_change_that_matches_nothing_commits_nothing(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("group_noop"), rows=300)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    record = DmlJob(
+        spark, _spec(name, "order_id > 5000", group=(GroupMember(_key(2), "order_id = 1"),))
+    ).run()
+    assert record.outcome is Outcome.NOOP
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+# -- the operators: the claiming task runs for real, the claimed task's turn follows -----------------------
+
+
+def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    from tests.dags.group_commit_test_dag import dag
+
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_operator"))
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    member_key = RunKey("group_commit_test", "delete", "manual__waiting", -1)
+    waiting = IcebergDeleteOperator(
+        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
+    )
+    member_spec = waiting.build_spec(task_context(member_key), table)
+    offered = waiting.group_offer(JobPlan(member_spec, before))
+    assert offered is not None
+    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered[0])
+    assert turn.offer is not None
+    turn.offer.post(*offered)  # the waiting task's offer, its lock held by this process
+
+    dag_run = run_dag(dag, table=name, customer=7)
+
+    assert task_states(dag_run) == {"delete": "success"}
+    assert turn.offer.claimed()
+    result = xcom_result(dag_run, "delete")
+    customer_rows = _matching(table, "customer_id", [7])
+    assert (result["rows_deleted"], result["group_size"], result["replayed"]) == (customer_rows, 2, False)
+    after = load(catalog_hook, name)
+    assert str(after.current_snapshot().snapshot_id) == result["snapshot_id"]
+    assert after.current_snapshot().parent_snapshot_id == before  # one commit for both
+    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8} == set()
+
+    # The waiting task's turn: its change is in the table; its result is its own rows, committing nothing.
+    own = waiting.on_turn(JobRun(task_context(member_key), catalog_hook), JobPlan(member_spec, before), turn)
+    turn.offer.withdraw()
+    assert isinstance(own, dict)
+    assert (own["snapshot_id"], own["rows_deleted"], own["noop"], own["replayed"]) == (
+        result["snapshot_id"],
+        _matching(table, "customer_id", [8]),
+        False,
+        False,
+    )
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == after.current_snapshot().snapshot_id
