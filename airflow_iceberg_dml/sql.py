@@ -61,11 +61,13 @@ def any_of(wheres: Sequence[str]) -> str:
 
 def group_count_query(source: str, wheres: Sequence[str]) -> str:
     """Rows of ``source`` each predicate matches (``rows_0``, ``rows_1``, ...), and ``overlap``: rows
-    that more than one matches. One pass over the files that pruning keeps."""
+    that more than one matches. One pass over the files that pruning by any of them keeps."""
     matches = [f"coalesce((\n{where}\n), FALSE)" for where in wheres]
     counts = ",\n  ".join(f"count_if({match}) AS rows_{index}" for index, match in enumerate(matches))
     overlap = " + ".join(f"IF({match}, 1, 0)" for match in matches)
-    return f"SELECT\n  {counts},\n  count_if({overlap} > 1) AS overlap\nFROM {source}"
+    return (
+        f"SELECT\n  {counts},\n  count_if({overlap} > 1) AS overlap\nFROM {source}\nWHERE\n{any_of(wheres)}"
+    )
 
 
 def constant_predicate_query(where: str) -> str:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.group_commit import Offer, bound_where, claim, group_key, queue_folder
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
@@ -131,6 +132,12 @@ def test_an_update_whose_predicate_reads_a_column_it_sets_is_never_grouped() -> 
     assert group_key(reads) is None
     assert group_key(replace(reads, where="`Status` = 'O'")) is None
     assert group_key(replace(reads, where="status_code = 'O' AND day = 1")) is not None
+
+
+def test_the_count_reads_only_what_pruning_by_any_of_the_changes_keeps() -> None:
+    query = sql.group_count_query("t", ["day = 1", "day = 2"])
+    assert query.endswith("WHERE\n" + sql.any_of(["day = 1", "day = 2"]))
+    assert sql.any_of(["day = 1", "day = 2"]) == "FALSE\nOR (\nday = 1\n)\nOR (\nday = 2\n)"
 
 
 # -- offers and claims: real files, a real process ------------------------------------------------------
