@@ -355,3 +355,19 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
         False,
     )
     assert load(catalog_hook, name).current_snapshot().snapshot_id == after.current_snapshot().snapshot_id
+
+    # A claimed change that no commit applied (its claimer failed): its own turn runs it, alone.
+    late_key = RunKey("group_commit_test", "delete", "manual__late", -1)
+    late_spec = replace(member_spec, run_key=late_key, parameters={"customer": 9})
+    late = waiting.group_offer(JobPlan(late_spec, before))
+    assert late is not None
+    late_turn = Turn(turn.folder, late[0])
+    assert late_turn.offer is not None
+    late_turn.offer.post(*late)
+    assert claim(late_turn.folder, late[0]) == [late[1]]  # claimed by a task that then applied nothing
+    planned = waiting.on_turn(
+        JobRun(task_context(late_key), catalog_hook), JobPlan(late_spec, before), late_turn
+    )
+    late_turn.offer.withdraw()
+    assert isinstance(planned, JobPlan)
+    assert planned.spec == late_spec  # its own change, nothing else in it

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.jobs.row_level import earlier_commit
+from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.jobs.runner import error_message, log
 from airflow_iceberg_dml.spec import SummaryKey
 
@@ -62,10 +62,11 @@ class GroupCommit:
     def _gather(self, head: int) -> Group | None:
         """The changes to apply at ``head``, this job's first; None to apply this job's alone."""
         assert self.spec.run_key is not None  # the operator groups only changes with a run key
+        history = self.state.history()  # read once for every waiting change
         waiting = [
             member
             for member in self.spec.group
-            if earlier_commit(self.state, head, member.run_key, exactly_once=True) is None
+            if not history.ours(head, CommitMarks(run_key=member.run_key))
         ]
         counts = self._count_each(head, waiting)
         if counts is None:
