@@ -273,7 +273,9 @@ def warm_up(state: EngineState, folder: Path) -> None:
     scratch table lives in a catalog registered for this session only, under the engine's folder.
     """
     scratch = "iceberg_dml_warmup"
-    with connect_session(state.url) as spark:
+    # No retries: a retried request of a warm-up whose server died would open its session on the server
+    # the supervisor starts next, where nothing releases it. A failed warm-up only loses a head start.
+    with connect_session(state.url, unreachable_s=0) as spark:
         spark.sql(sql.show_namespaces(state.catalog)).collect()
         spark.conf.set(f"spark.sql.catalog.{scratch}", "org.apache.iceberg.spark.SparkCatalog")
         spark.conf.set(f"spark.sql.catalog.{scratch}.type", "hadoop")

@@ -37,6 +37,7 @@ from typing import Any
 
 from bench.common import REPO, log, markdown_table, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
+from bench.task_phases import PHASES, task_phases
 
 DAG_FILES = {
     "connect": REPO / "dags" / "iceberg_dml_backfill.py",
@@ -114,6 +115,10 @@ def _one(
         tries = airflow.query(
             "SELECT state, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s", dag_id
         )
+        instances = airflow.query(
+            "SELECT run_id, task_id, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s",
+            dag_id,
+        )
         runs = airflow.query("SELECT state FROM dag_run WHERE dag_id = %s", dag_id)
     finally:
         airflow.stop()
@@ -124,6 +129,7 @@ def _one(
         for path in (home / "airflow" / "logs").rglob("*.log")
     )
     commits = _commits(catalog.load_table(table), dag_id) if engine_kind != "noop" else []
+    phases = task_phases(home / "airflow" / "logs", dag_id, instances) if engine_kind == "connect" else None
     if engine_kind != "noop":
         catalog.purge_table(table)
     shutil.rmtree(home, ignore_errors=True)
@@ -145,6 +151,7 @@ def _one(
         "commits": len(commits),
         "changes_committed": sum(commits),
         "largest_group": max(commits, default=0),
+        "task_phases": phases,
     }
 
 
@@ -195,6 +202,7 @@ def main(argv: list[str]) -> None:
     finally:
         engine.stop(engine_home)
     print(table(rows))
+    print(phases_table(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
@@ -235,6 +243,24 @@ def table(rows: list[dict[str, Any]]) -> str:
             for row in rows
         ],
     )  # fmt: skip
+
+
+def phases_table(rows: list[dict[str, Any]]) -> str:
+    """Where a warm-engine task's time went (medians, bench/task_phases.py)."""
+    measured = [row for row in rows if row.get("task_phases")]
+    return markdown_table(
+        ["max active runs", "tasks with a job", "applied by another", *PHASES],
+        [
+            [
+                str(row["max_active_runs"]),
+                str(row["task_phases"]["tasks_with_job"]),
+                f"{row['task_phases']['tasks_applied_by_another']} "
+                f"({row['task_phases']['applied_by_another_median_s']:.1f} s)",
+                *(f"{row['task_phases']['median_s'][name]:.1f} s" for name in PHASES),
+            ]
+            for row in measured
+        ],
+    )
 
 
 def plot(rows: list[dict[str, Any]], target: Path) -> None:

@@ -132,6 +132,26 @@ def _warm_up_ended(state: Any, folder: Path) -> None:
         time.sleep(0.5)
 
 
+def _open_sessions(state: Any) -> list[str]:
+    """The sessions the server's web UI lists as not closed, each with what it ran (to tell whose it is)."""
+    import html
+    import re
+    import urllib.request
+
+    base = f"http://{state.host}:{state.ui_port}/connect"
+    with urllib.request.urlopen(f"{base}/?sessionstat.pageSize=1000", timeout=5) as page:
+        text = page.read().decode("utf-8", "replace")
+    rows = re.findall(r"session/\?id=([0-9a-f-]+).*?</td>\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>", text, re.S)
+    described = []
+    for session_id, started, finished in rows:
+        if finished.strip():
+            continue
+        with urllib.request.urlopen(f"{base}/session/?id={session_id}", timeout=5) as page:
+            statements = re.sub(r"<[^>]+>|\s+", " ", html.unescape(page.read().decode("utf-8", "replace")))
+        described.append(f"{session_id} started {started.strip()}: {statements[-1500:]}")
+    return described
+
+
 def _no_session_left(state: Any, folder: Path) -> None:
     """The server's own count of live sessions: every job's session was released (the warm-up's too)."""
     _warm_up_ended(state, folder)
@@ -140,7 +160,7 @@ def _no_session_left(state: Any, folder: Path) -> None:
         if sessions is not None and sessions[0] == 0:
             break
         time.sleep(1)
-    assert sessions == (0, 0), (sessions, (folder / LOG_FILE).read_text()[-2000:])
+    assert sessions == (0, 0), (sessions, _open_sessions(state), (folder / LOG_FILE).read_text()[-2000:])
     running, text = engine.describe(state, folder)
     assert running
     assert f"restarts: {KILLS + 1}" in text
