@@ -1,15 +1,17 @@
 """Where a DML task's time goes in a deployment, from its task log and its task instance's times.
 
-Each task log (Airflow 3 writes JSON lines: ``timestamp``, ``event``) marks the steps of
-``BaseIcebergSparkJobOperator.execute``: the plan line (``... head snapshot ...``), an optional
-``Waited X s for the turn``, the Spark Connect job's first line (``Spark Connect: job ... in session``)
-and last (``Finished in ...``). Between the task instance's start and end that gives:
+Each task log (Airflow 3 writes JSON lines: ``timestamp``, ``event``, ``logger``) marks the steps:
+Airflow's ``Worker startup parse complete``, the operator's plan line (``... head snapshot ...``), an
+optional ``Waited X s for the turn``, then the Spark Connect job's lines (logger
+``...IcebergSparkConnectHook``, the first saying ``Spark Connect: job ... in session``). Between the
+task instance's start and end that gives:
 
-- ``start``: the task process starting, parsing the DAG file, then loading the table and planning;
+- ``startup``: the task process starting and parsing the DAG file (the package's imports included);
+- ``plan``: the catalog, loading the table, and planning (the run key's earlier commits included);
 - ``turn``: waiting for the turn on the table (the log's own figure);
 - ``session``: the rest up to the job's first line: the Spark Connect client's import, the server
   check and the session;
-- ``job``: the job on the engine, commit included;
+- ``job``: the job on the engine, commit included, to its last line;
 - ``after``: reading the table back, the health, the result, and the task's end.
 
 A task whose change another task's commit applied (group commit) runs no job; it is counted apart.
@@ -26,40 +28,38 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pathlib import Path
 
-PHASES = ("start", "turn", "session", "job", "after")
+PHASES = ("startup", "plan", "turn", "session", "job", "after")
 _WAITED = re.compile(r"Waited ([0-9.]+) s for the turn")
 
 
-def _lines(path: Path) -> list[tuple[dt.datetime, str]]:
+def _lines(path: Path) -> list[tuple[dt.datetime, str, str]]:
     found = []
     for line in path.read_text(errors="replace").splitlines():
         try:
             entry = json.loads(line)
-            found.append((dt.datetime.fromisoformat(entry["timestamp"]), str(entry.get("event", ""))))
+            when = dt.datetime.fromisoformat(entry["timestamp"])
         except (ValueError, KeyError, TypeError):
             continue
+        found.append((when, str(entry.get("event", "")), str(entry.get("logger", ""))))
     return found
-
-
-def _first(lines: list[tuple[dt.datetime, str]], marker: str) -> dt.datetime | None:
-    return next((when for when, event in lines if marker in event), None)
 
 
 def phases_of(path: Path, start: dt.datetime, end: dt.datetime) -> dict[str, float] | None:
     """The phases of one task (seconds), or None when it ran no job of its own."""
     lines = _lines(path)
-    planned = _first(lines, "head snapshot")
-    job = _first(lines, "Spark Connect: job")
-    finished = _first(lines, "Finished in")
-    if planned is None or job is None or finished is None:
+    parsed = next((when for when, event, _ in lines if "startup parse complete" in event), None)
+    planned = next((when for when, event, _ in lines if "head snapshot" in event), None)
+    job_lines = [when for when, _, logger in lines if logger.endswith("IcebergSparkConnectHook")]
+    if parsed is None or planned is None or not job_lines:
         return None
-    waited = next((float(m.group(1)) for _, event in lines if (m := _WAITED.search(event))), 0.0)
+    waited = next((float(m.group(1)) for _, event, _ in lines if (m := _WAITED.search(event))), 0.0)
     return {
-        "start": (planned - start).total_seconds(),
+        "startup": (parsed - start).total_seconds(),
+        "plan": (planned - parsed).total_seconds(),
         "turn": waited,
-        "session": max(0.0, (job - planned).total_seconds() - waited),
-        "job": (finished - job).total_seconds(),
-        "after": (end - finished).total_seconds(),
+        "session": max(0.0, (job_lines[0] - planned).total_seconds() - waited),
+        "job": (job_lines[-1] - job_lines[0]).total_seconds(),
+        "after": (end - job_lines[-1]).total_seconds(),
     }
 
 

@@ -26,6 +26,8 @@ expressions are sent as written, with their ``:name`` markers, and only the para
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from airflow_iceberg_dml.lineage.events import (
     DmlStatement,
     dml_lineage,
@@ -36,13 +38,6 @@ from airflow_iceberg_dml.lineage.events import (
     sql_job_facet,
     table_dataset_facets,
     table_datasets,
-)
-from airflow_iceberg_dml.lineage.facets import (
-    FACET_SCHEMA_URL,
-    HAVE_OPENLINEAGE_CLIENT,
-    dml_commit_fields,
-    health_facet_fields,
-    maintenance_fields,
 )
 from airflow_iceberg_dml.lineage.mixin import IcebergLineageMixin
 from airflow_iceberg_dml.lineage.names import (
@@ -58,11 +53,43 @@ from airflow_iceberg_dml.lineage.spark import (
     spark_lineage_properties,
 )
 
-if HAVE_OPENLINEAGE_CLIENT:
-    from airflow_iceberg_dml.lineage.facets import IcebergDmlCommitRunFacet, IcebergMaintenanceRunFacet
+if TYPE_CHECKING:
+    from airflow_iceberg_dml.lineage.facets import (
+        FACET_SCHEMA_URL,
+        HAVE_OPENLINEAGE_CLIENT,
+        IcebergDmlCommitRunFacet,
+        IcebergMaintenanceRunFacet,
+        dml_commit_fields,
+        health_facet_fields,
+        maintenance_fields,
+    )
+
+#: Imported on first use: the facets module imports the OpenLineage client (a third of a second), which a
+#: task process parsing a DAG file does not need unless the OpenLineage provider asks for lineage.
+_FACETS = frozenset(
+    {
+        "FACET_SCHEMA_URL",
+        "HAVE_OPENLINEAGE_CLIENT",
+        "IcebergDmlCommitRunFacet",
+        "IcebergMaintenanceRunFacet",
+        "dml_commit_fields",
+        "health_facet_fields",
+        "maintenance_fields",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FACETS:
+        from airflow_iceberg_dml.lineage import facets
+
+        return getattr(facets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "FACET_SCHEMA_URL",
+    "HAVE_OPENLINEAGE_CLIENT",
     "DmlStatement",
     "IcebergDmlCommitRunFacet",
     "IcebergLineageMixin",
