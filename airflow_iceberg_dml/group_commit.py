@@ -12,7 +12,8 @@ when its own turn comes, finds the commit as its own in the table's history and 
 An offer is a small JSON file locked (``flock``) by the waiting task's process for as long as it
 waits: a claim takes only offers whose lock is held, so a task that died waiting is never applied,
 and its offer is removed. A claimed task whose change is not in the table when its turn comes (the
-claiming task failed, or its job left the change out) runs its change itself.
+claiming task failed, or its job left the change out) runs its change itself. What a killed task
+leaves in the folder (its claimed offer, or a staging file it never put up) is removed by a later claim.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import fcntl
 import json
 import os
 import re
+import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -155,6 +157,7 @@ def claim(folder: Path, key: str, limit: int = MAX_GROUP - 1) -> list[GroupMembe
     marked claimed. Call it only while holding the table's turn. Offers of dead tasks are removed."""
     if not folder.is_dir():
         return []
+    _sweep(folder)
     offers = sorted(folder.glob("*.json"), key=_age)
     members: list[GroupMember] = []
     for path in offers:
@@ -169,6 +172,33 @@ def claim(folder: Path, key: str, limit: int = MAX_GROUP - 1) -> list[GroupMembe
     return members
 
 
+def _sweep(folder: Path) -> None:
+    """Remove what dead tasks left: a claimed offer whose task was killed while it waited, and a staging
+    file whose poster was killed before it put the offer up (older than a minute: a live poster locks
+    its staging file just after creating it). A live task holds the lock of either file."""
+    leftovers = [*folder.glob("*.claimed"), *(p for p in folder.glob(".*.tmp") if _age(p) < time.time() - 60)]
+    for path in leftovers:
+        if not _held(path):
+            with suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds the lock of the file at ``path`` (gone: as good as held)."""
+    try:
+        handle = path.open()
+    except FileNotFoundError:
+        return True
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return True
+        return False
+
+
 def _age(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -179,24 +209,16 @@ def _age(path: Path) -> float:
 def _live_offer(path: Path, key: str) -> GroupMember | None:
     """The offer at ``path`` when its task still waits and its change shares ``key``; a dead task's
     offer (its lock free) is removed."""
-    try:
-        handle = path.open()
-    except FileNotFoundError:
+    if not _held(path):  # the task that offered it is gone
+        with suppress(FileNotFoundError):
+            path.unlink()
         return None
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-        else:  # nobody holds it: the task that offered it is gone
-            with suppress(FileNotFoundError):
-                path.unlink()
-            return None
-        try:
-            offer = json.loads(handle.read())
-            entry = offer["run_key"]
-            run_key = RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))
-            return GroupMember(run_key, str(offer["where"])) if offer["key"] == key else None
-        except (ValueError, KeyError, TypeError):
-            return None
+    try:
+        offer = json.loads(path.read_text())
+        entry = offer["run_key"]
+        run_key = RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))
+        return GroupMember(run_key, str(offer["where"])) if offer["key"] == key else None
+    except FileNotFoundError:  # withdrawn meanwhile: its task stopped waiting
+        return None
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -10,6 +10,7 @@ operator's own ``on_turn``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -162,16 +163,16 @@ def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_pat
     assert list(folder.iterdir()) == []
 
 
-def test_the_offer_of_a_task_that_died_waiting_is_removed_not_applied(tmp_path: Path) -> None:
-    folder = queue_folder(tmp_path / "demo.orders.lock")
-    ready = tmp_path / "posted"
+def _waiting_task(folder: Path, ready: Path, day: int) -> subprocess.Popen[bytes]:
+    """A process that posts an offer, then waits (holding its lock) until it is killed."""
     script = textwrap.dedent(
         f"""
         import time
         from pathlib import Path
         from airflow_iceberg_dml.group_commit import Offer
         from airflow_iceberg_dml.spec import GroupMember, RunKey
-        Offer(Path({str(folder)!r})).post("key-a", GroupMember(RunKey("d", "t", "r", -1), "day = 1"))
+        offer = Offer(Path({str(folder)!r}))  # held: the lock lives as long as the offer's file handle
+        offer.post("key-a", GroupMember(RunKey("d", "t", "r{day}", -1), "day = {day}"))
         Path({str(ready)!r}).write_text("posted")
         time.sleep(600)
         """
@@ -182,12 +183,49 @@ def test_the_offer_of_a_task_that_died_waiting_is_removed_not_applied(tmp_path: 
         assert waiting.poll() is None, "the waiting task exited before it posted"
         assert time.monotonic() < deadline, "the waiting task did not post within 60 s"
         time.sleep(0.05)
+    return waiting
+
+
+def test_the_offer_of_a_task_that_died_waiting_is_removed_not_applied(tmp_path: Path) -> None:
+    folder = queue_folder(tmp_path / "demo.orders.lock")
+    waiting = _waiting_task(folder, tmp_path / "posted", 1)
+    assert len(list(folder.glob("*.json"))) == 1
+    assert claim(folder, "key-b") == []  # a live offer of another key stays up
     assert len(list(folder.glob("*.json"))) == 1
     waiting.kill()
     waiting.wait()
 
     assert claim(folder, "key-a") == []
     assert list(folder.glob("*")) == []
+
+
+def test_what_killed_tasks_left_is_removed_by_the_next_claim_and_nothing_of_a_live_one(
+    tmp_path: Path,
+) -> None:
+    folder = queue_folder(tmp_path / "demo.orders.lock")
+    claimed_then_killed = _waiting_task(folder, tmp_path / "posted-1", 1)
+    assert claim(folder, "key-a") == [GroupMember(RunKey("d", "t", "r1", -1), "day = 1")]
+    claimed_then_killed.kill()
+    claimed_then_killed.wait()
+    live = _waiting_task(folder, tmp_path / "posted-2", 2)
+    assert claim(folder, "key-a") == [GroupMember(RunKey("d", "t", "r2", -1), "day = 2")]
+    # Staging files of posters killed before they put their offer up: an old one, and one just created
+    # (a live poster locks it a moment later; it must not lose it meanwhile).
+    old, young = folder / ".old.tmp", folder / ".young.tmp"
+    for staging in (old, young):
+        staging.write_text("{")
+    os.utime(old, (time.time() - 120, time.time() - 120))
+    try:
+        assert claim(folder, "key-a") == []
+        left = sorted(path.name for path in folder.iterdir())
+        assert len(left) == 2, left  # the live task's claimed offer and the young staging file
+        assert left[0] == ".young.tmp"
+        assert left[1].endswith(".claimed")
+    finally:
+        live.kill()
+        live.wait()
+    assert claim(folder, "key-a") == []
+    assert [path.name for path in folder.iterdir()] == [".young.tmp"]
 
 
 # -- the job: one statement, one commit, each change's rows ------------------------------------------------
