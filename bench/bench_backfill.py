@@ -15,9 +15,11 @@ of ``dags/iceberg_dml_backfill.py`` as written over ``--dates`` days of TPC-H ``
 Reported per engine and ``--max-active-runs``: changes (tasks) per minute from ``backfill create`` to
 the last run's end, task duration p50 and p95 (from the task instances' start and end), the commits
 on the table and the most changes one of them applied (group commit, read from their summaries), commit
-conflicts re-planned (the jobs' "Commit conflict" log lines), task retries and failures, and the
+conflicts re-planned (the jobs' "Commit conflict" log lines), task retries and failures, the
 machine's peak memory in use (sampled every second, minus what was in use before the deployment
-started). Each configuration gets a fresh deployment, metadata database and table.
+started), and for the warm engine where a task's time went (``bench/task_phases.py``: medians of
+startup, planning, the wait for the turn, the session, the job and the rest, from the task logs).
+Each configuration gets a fresh deployment, metadata database and table.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]``
 """
