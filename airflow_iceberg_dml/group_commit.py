@@ -14,6 +14,10 @@ waits: a claim takes only offers whose lock is held, so a task that died waiting
 and its offer is removed. A claimed task whose change is not in the table when its turn comes (the
 claiming task failed, or its job left the change out) runs its change itself. What a killed task
 leaves in the folder (its claimed offer, or a staging file it never put up) is removed by a later claim.
+
+Once the claiming job has committed, the claimed offers are marked *settled*: their tasks stop waiting
+for a turn they no longer need, read their rows from the commit without it, and end. Only a settled
+task whose change the commit does not hold (the job left it out) waits for its turn, to apply it alone.
 """
 
 from __future__ import annotations
@@ -123,6 +127,10 @@ class Offer:
     def claimed_path(self) -> Path:
         return self.folder / f"{self.name}.claimed"
 
+    @property
+    def settled_path(self) -> Path:
+        return self.folder / f"{self.name}.settled"
+
     def post(self, key: str, member: GroupMember) -> None:
         """Put the offer up: written whole and locked before it appears under its name."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -139,12 +147,18 @@ class Offer:
         self._handle = handle
 
     def claimed(self) -> bool:
-        """Whether a task whose turn it was took this change into its job (ask once the turn is ours)."""
-        return self.claimed_path.exists()
+        """Whether a task whose turn it was took this change into its job (ask once the turn is ours, or
+        once :meth:`settled`)."""
+        return self.claimed_path.exists() or self.settled_path.exists()
+
+    def settled(self) -> bool:
+        """Whether the job of the task that claimed this change has ended well (its commit, when it
+        applied the change, is in the table): no need to wait for a turn to find out."""
+        return self.settled_path.exists()
 
     def withdraw(self) -> None:
         """Take the offer down, claimed or not; the lock goes with the file handle."""
-        for path in (self.path, self.claimed_path):
+        for path in (self.path, self.claimed_path, self.settled_path):
             with suppress(FileNotFoundError):
                 path.unlink()
         if self._handle is not None:
@@ -172,11 +186,23 @@ def claim(folder: Path, key: str, limit: int = MAX_GROUP - 1) -> list[GroupMembe
     return members
 
 
+def settle(folder: Path, members: list[GroupMember]) -> None:
+    """Tell the tasks whose changes ``members`` are that the claiming job ended well: their claimed
+    offers are marked settled, and they stop waiting for a turn (call it while holding the turn)."""
+    wanted = {member.run_key for member in members}
+    for path in folder.glob("*.claimed"):
+        member = _member(path)
+        if member is not None and member.run_key in wanted:
+            with suppress(FileNotFoundError):  # withdrawn meanwhile: its task stopped waiting
+                os.replace(path, path.with_suffix(".settled"))
+
+
 def _sweep(folder: Path) -> None:
     """Remove what dead tasks left: a claimed offer whose task was killed while it waited, and a staging
     file whose poster was killed before it put the offer up (older than a minute: a live poster locks
     its staging file just after creating it). A live task holds the lock of either file."""
-    leftovers = [*folder.glob("*.claimed"), *(p for p in folder.glob(".*.tmp") if _age(p) < time.time() - 60)]
+    stale = [p for p in folder.glob(".*.tmp") if _age(p) < time.time() - 60]
+    leftovers = [*folder.glob("*.claimed"), *folder.glob("*.settled"), *stale]
     for path in leftovers:
         if not _held(path):
             with suppress(FileNotFoundError):
@@ -213,11 +239,16 @@ def _live_offer(path: Path, key: str) -> GroupMember | None:
         with suppress(FileNotFoundError):
             path.unlink()
         return None
+    return _member(path, key)
+
+
+def _member(path: Path, key: str | None = None) -> GroupMember | None:
+    """The change of the offer at ``path`` (None: unreadable, gone, or of another key than ``key``)."""
     try:
         offer = json.loads(path.read_text())
         entry = offer["run_key"]
         run_key = RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))
-        return GroupMember(run_key, str(offer["where"])) if offer["key"] == key else None
+        return GroupMember(run_key, str(offer["where"])) if key in (None, offer["key"]) else None
     except FileNotFoundError:  # withdrawn meanwhile: its task stopped waiting
         return None
     except (ValueError, KeyError, TypeError):

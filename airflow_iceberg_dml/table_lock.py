@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 #: Where the lock files are; every task on the host must see the same folder.
 LOCK_FOLDER_ENV = "AIRFLOW_ICEBERG_DML_LOCK_FOLDER"
@@ -70,8 +70,11 @@ def table_turn(
     *,
     poll_s: float = 0.2,
     report_every: float = 30.0,
-) -> Iterator[float]:
-    """Hold the table's lock at ``path`` for the ``with`` block; yields the seconds waited for it.
+    give_up: Callable[[], bool] | None = None,
+) -> Iterator[float | None]:
+    """Hold the table's lock at ``path`` for the ``with`` block; yields the seconds waited for it, or
+    None when ``give_up()`` (asked while waiting) said the turn is no longer needed: the block then
+    runs without the lock.
 
     ``holder`` (who takes it: the run key) is written into the file for the tasks that wait.
     """
@@ -83,6 +86,9 @@ def table_turn(
         _share(path, 0o666)
         reported = started
         while not _try_lock(handle.fileno()):
+            if give_up is not None and give_up():
+                yield None
+                return
             now = time.monotonic()
             if now - reported >= report_every:
                 reported = now

@@ -10,10 +10,12 @@ operator's own ``on_turn``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -23,7 +25,7 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.group_commit import Offer, bound_where, claim, group_key, queue_folder
+from airflow_iceberg_dml.group_commit import Offer, bound_where, claim, group_key, queue_folder, settle
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
@@ -40,7 +42,7 @@ from airflow_iceberg_dml.spec import (
     SummaryKey,
     WriteMode,
 )
-from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, lock_path
+from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, lock_path, table_turn
 from tests.conftest import (
     CATALOG,
     create_orders_table,
@@ -158,6 +160,10 @@ def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_pat
     assert [offer.claimed() for offer in same] == [True, True, False]
     assert not other.claimed()
     assert claim(folder, "key-a") == [GroupMember(_key(4), "day = 4")]
+    assert not any(offer.settled() for offer in same)
+    settle(folder, [GroupMember(_key(2), "day = 2"), GroupMember(_key(4), "day = 4")])  # the job ended well
+    assert [offer.settled() for offer in same] == [True, False, True]
+    assert all(offer.claimed() for offer in same)
     for offer in [*same, other]:
         offer.withdraw()
     assert list(folder.iterdir()) == []
@@ -374,6 +380,7 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
 
     assert task_states(dag_run) == {"delete": "success"}
     assert turn.offer.claimed()
+    assert turn.offer.settled()  # the claiming task's job ended well: the waiting task need not wait on
     result = xcom_result(dag_run, "delete")
     customer_rows = _matching(table, "customer_id", [7])
     assert (result["rows_deleted"], result["group_size"], result["replayed"]) == (customer_rows, 2, False)
@@ -409,3 +416,68 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     late_turn.offer.withdraw()
     assert isinstance(planned, JobPlan)
     assert planned.spec == late_spec  # its own change, nothing else in it
+
+
+def test_a_waiting_task_whose_change_a_commit_settled_ends_without_its_turn(
+    spark, catalog_hook, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """Two tasks wait for the turn this test holds; the claiming job applies one change and leaves the
+    other out, then settles both. The applied one ends at once, its rows from the commit, while the
+    turn is still held; the other waits for the turn, then applies its change alone."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_settled"))
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    path = lock_path(catalog_hook.catalog_config.properties["uri"], name)
+    folder = queue_folder(path)
+    applied, left_out = _key(20), _key(21)
+    results: dict[RunKey, Any] = {}
+    ended: dict[RunKey, threading.Event] = {applied: threading.Event(), left_out: threading.Event()}
+
+    def task(run_key: RunKey, customer: int) -> None:
+        operator = IcebergDeleteOperator(
+            task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": customer}
+        )
+        context = task_context(run_key)
+        spec = operator.build_spec(context, table)
+        try:
+            results[run_key] = operator._run(JobRun(context, catalog_hook), None, JobPlan(spec, before))
+        finally:
+            ended[run_key].set()
+
+    threads = [
+        threading.Thread(target=task, args=(key, customer)) for key, customer in ((applied, 8), (left_out, 9))
+    ]
+    with table_turn(path, "the claiming task", logging.getLogger("test")):
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while len(list(folder.glob("*.json"))) < 2:
+            assert time.monotonic() < deadline, "the waiting tasks did not offer their changes"
+            time.sleep(0.05)
+        key = next(iter(json.loads(p.read_text())["key"] for p in folder.glob("*.json")))
+        members = claim(folder, key)
+        assert {member.run_key for member in members} == {applied, left_out}
+        only_one = tuple(member for member in members if member.run_key == applied)
+        record = DmlJob(spark, _spec(name, "customer_id = 7", group=only_one)).run()
+        assert record.outcome is Outcome.COMMITTED
+        settle(folder, members)
+        assert ended[applied].wait(60), "the settled task still waits for the turn"
+        time.sleep(1)
+        assert not ended[left_out].is_set()  # its change is not in the commit: it waits for its turn
+    for thread in threads:
+        thread.join(300)
+
+    group_commit = load(catalog_hook, name).snapshot_by_id(int(results[applied]["snapshot_id"]))
+    assert group_commit.parent_snapshot_id == before
+    assert (results[applied]["rows_deleted"], results[applied]["group_size"]) == (
+        _matching(table, "customer_id", [8]),
+        2,
+    )
+    alone = results[left_out]
+    assert alone["rows_deleted"] == _matching(table, "customer_id", [9])
+    assert alone["group_size"] == 1
+    after = load(catalog_hook, name)
+    assert after.current_snapshot().parent_snapshot_id == group_commit.snapshot_id
+    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8, 9} == set()
+    assert sorted(p.name for p in folder.iterdir()) == []

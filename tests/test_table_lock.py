@@ -92,3 +92,25 @@ def test_different_tables_do_not_wait_for_each_other(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_waiter_told_it_needs_no_turn_stops_waiting_without_the_lock(tmp_path: Path) -> None:
+    path = lock_path("uri", "demo.orders", tmp_path)
+    holder = _hold(path, "dag.holder run-1", 600, tmp_path)
+    asked = []
+
+    def settled() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) >= 3
+
+    try:
+        with table_turn(path, "dag.waiter run-1", logging.getLogger("t"), give_up=settled) as waited:
+            assert waited is None
+            assert holder.poll() is None  # the holder still has the turn
+            assert "dag.holder run-1" in path.read_text()  # and the file still names it
+        assert len(asked) == 3
+    finally:
+        holder.kill()
+        holder.wait()
+    with table_turn(path, "dag.next run-1", logging.getLogger("t"), give_up=lambda: True) as waited:
+        assert waited is not None  # a free turn is taken: it is not waited for

@@ -9,7 +9,8 @@
       plan(run, table)          -> the operator: a JobPlan (its spec from build_spec), or a result
                                    with no job at all
       turn                      one writer per table on this host (table_lock.py), while the job runs;
-                                meanwhile the change is on offer to the task whose turn it is
+                                meanwhile the change is on offer to the task whose turn it is, and
+                                the wait ends early when a claiming job settled it
       on_turn(run, plan, turn)  -> the operator: the job, with the waiting changes it claimed (group
                                    commit, group_commit.py), or the result when one of those applied it
       submit                    -> the engine of spark_conn_id (hooks/engines.py: engine_for); what
@@ -43,7 +44,7 @@ from airflow.sdk.exceptions import AirflowRuntimeError
 
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import IcebergDmlError
-from airflow_iceberg_dml.group_commit import Offer, queue_folder
+from airflow_iceberg_dml.group_commit import Offer, queue_folder, settle
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
@@ -108,15 +109,24 @@ class JobPlan(Generic[BeforeT]):
 
 @dataclass
 class Turn:
-    """A task's turn on its table: where changes are on offer, and its own offer (None: not offered)."""
+    """A task's turn on its table: where changes are on offer, its own offer (None: not offered),
+    whether it holds the turn (False: its offer was settled while it waited, see
+    :mod:`airflow_iceberg_dml.group_commit`), and the waiting changes it claimed."""
 
     folder: Path | None = None
     key: str | None = None
     offer: Offer | None = field(init=False, default=None)
+    held: bool = field(init=False, default=True)
+    claimed: list[GroupMember] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.folder is not None and self.key is not None:
             self.offer = Offer(self.folder)
+
+    def settle(self) -> None:
+        """The job ended well: the tasks whose changes it claimed stop waiting for their turn."""
+        if self.folder is not None and self.claimed:
+            settle(self.folder, self.claimed)
 
 
 @dataclass
@@ -160,7 +170,8 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         applies the waiting changes that differ from its own in their rows only, in one statement and
         one commit (DELETE and UPDATE in merge-on-read, when their rows do not overlap; see
         :mod:`airflow_iceberg_dml.group_commit` and docs/reliability.md). Each task's result is its own:
-        its rows, in the shared commit. False: this task's change is always a commit of its own.
+        its rows, in the shared commit; a task whose change another task's commit applied ends as soon
+        as that commit lands. False: this task's change is always a commit of its own.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -247,17 +258,24 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         """The job of ``planned`` in this task's turn on the table, and its result read back."""
         if not isinstance(planned, JobPlan):
             return planned
-        with self._turn(run, planned) as turn:  # the job plans and commits on the head it finds then
-            planned = self.on_turn(run, planned, turn)
-            if not isinstance(planned, JobPlan):
-                return planned
-            record = self._submit(planned.spec, run, store)
-        return self.collect(run, planned, record)
+        # A change on offer whose claiming job ended well needs no turn: it is in that commit. When it
+        # is not (the job left it out), the task takes its turn after all, then offers nothing.
+        for offering in (self.group_commit, False):
+            with self._turn(run, planned, offering) as turn:  # the job plans and commits on the head then
+                ready = self.on_turn(run, planned, turn)
+                if not isinstance(ready, JobPlan):
+                    return ready
+                if turn.held:
+                    record = self._submit(ready.spec, run, store)
+                    turn.settle()
+                    return self.collect(run, ready, record)
+        raise AssertionError("a turn taken without an offer is always held")
 
     @contextmanager
-    def _turn(self, run: JobRun, planned: JobPlan[BeforeT]) -> Iterator[Turn]:
+    def _turn(self, run: JobRun, planned: JobPlan[BeforeT], offering: bool) -> Iterator[Turn]:
         """This task's turn on the table among the writers on this host (``one_writer_per_table``),
-        with its change on offer to the others meanwhile when it can be grouped (``group_commit``)."""
+        with its change on offer to the others meanwhile when ``offering`` and it can be grouped
+        (``group_commit``)."""
         if not self.one_writer_per_table:
             yield Turn()
             return
@@ -266,13 +284,15 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         holder = f"{key.dag_id}.{key.task_id} {key.run_id}" + (
             f"[{key.map_index}]" if key.map_index >= 0 else ""
         )
-        offered = self.group_offer(planned) if self.group_commit else None
+        offered = self.group_offer(planned) if offering else None
         turn = Turn(queue_folder(path), offered[0]) if offered else Turn()
         try:
             if offered and turn.offer is not None:
                 turn.offer.post(*offered)
-            with table_turn(path, holder, self.log) as waited:
-                if waited >= 1:
+            give_up = turn.offer.settled if turn.offer is not None else None
+            with table_turn(path, holder, self.log, give_up=give_up) as waited:
+                turn.held = waited is not None
+                if waited is not None and waited >= 1:
                     self.log.info(
                         "Waited %.1f s for the turn on %s (another task was changing it).", waited, self.table
                     )

@@ -4,7 +4,8 @@ Before the turn, the task asks the table whether its run key committed already (
 it waits, its change is on offer to the task whose turn it is (:mod:`airflow_iceberg_dml.group_commit`).
 Once the turn is its own, either a task before it applied the change (its run key is in a commit's
 group: the result is read from that commit), or it claims the changes still on offer and its job
-applies them with its own.
+applies them with its own. A task whose claimed change was settled while it waited reads its result
+from the commit without waiting for the turn.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
                 "(that task failed, or its job left the change out): applying it on its own."
             )
         turn.offer.withdraw()
-        members = claim(turn.folder, turn.key)
+        if not turn.held:  # settled while it waited: the turn is taken next, with nothing on offer
+            return planned
+        members = turn.claimed = claim(turn.folder, turn.key)
         if not members:
             return planned
         self.log.info(
