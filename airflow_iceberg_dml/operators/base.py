@@ -268,7 +268,8 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
                 if turn.held:
                     record = self._submit(ready.spec, run, store)
                     turn.settle()
-                    return self.collect(run, ready, record)
+            if turn.held:  # the turn covers the job only: the table is read back outside it
+                return self.collect(run, ready, record)
         raise AssertionError("a turn taken without an offer is always held")
 
     @contextmanager
