@@ -39,7 +39,7 @@ from typing import Any
 
 from bench.common import REPO, log, markdown_table, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
-from bench.task_phases import PHASES, task_phases
+from bench.task_phases import PHASES, failure_lines, task_phases
 
 DAG_FILES = {
     "connect": REPO / "dags" / "iceberg_dml_backfill.py",
@@ -118,7 +118,8 @@ def _one(
             "SELECT state, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s", dag_id
         )
         instances = airflow.query(
-            "SELECT run_id, task_id, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s",
+            "SELECT run_id, task_id, try_number, start_date, end_date, state FROM task_instance "
+            "WHERE dag_id = %s",
             dag_id,
         )
         runs = airflow.query("SELECT state FROM dag_run WHERE dag_id = %s", dag_id)
@@ -134,6 +135,9 @@ def _one(
     phases = task_phases(home / "airflow" / "logs", dag_id, instances) if engine_kind == "connect" else None
     if engine_kind != "noop":
         catalog.purge_table(table)
+    failures = failure_lines(home / "airflow" / "logs", dag_id, instances)
+    for failure in failures:
+        log(f"task failed: {failure}")
     shutil.rmtree(home, ignore_errors=True)
     return {
         "engine": engine_kind,
@@ -154,6 +158,7 @@ def _one(
         "changes_committed": sum(commits),
         "largest_group": max(commits, default=0),
         "task_phases": phases,
+        "failure_lines": failures,
     }
 
 

@@ -65,10 +65,10 @@ def phases_of(path: Path, start: dt.datetime, end: dt.datetime) -> dict[str, flo
 
 def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> dict[str, Any]:
     """Median seconds per phase over the tasks that ran a job; ``instances`` are (run_id, task_id,
-    try_number, start, end) of the task instances."""
+    try_number, start, end, ...) of the task instances."""
     measured: list[dict[str, float]] = []
     claimed = []
-    for run_id, task_id, try_number, start, end in instances:
+    for run_id, task_id, try_number, start, end, *_ in instances:
         if not (start and end):
             continue
         folder = logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
@@ -87,3 +87,33 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         "median_s": medians,
         "applied_by_another_median_s": statistics.median(claimed) if claimed else 0.0,
     }
+
+
+def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> list[str]:
+    """For each task instance that did not succeed (``instances``: run_id, task_id, try_number, start,
+    end, state), the error lines of its log and their exceptions, so that a failed run says why."""
+    found = []
+    for run_id, task_id, try_number, _, _, state in instances:
+        if state == "success":
+            continue
+        folder = logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        path = folder / f"attempt={try_number}.log"
+        errors = []
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("level") not in ("error", "critical"):
+                continue
+            details = entry.get("error_detail") or []
+            causes = [
+                f"{d.get('exc_type')}: {str(d.get('exc_value'))[:300]}"
+                for d in details
+                if isinstance(d, dict)
+            ]
+            errors.append(" / ".join([str(entry.get("event", ""))[:200], *causes]))
+        found.append(
+            f"{run_id} {task_id} try {try_number} ({state}): {' | '.join(errors[-3:]) or 'no error line'}"
+        )
+    return found
