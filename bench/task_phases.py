@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import re
 import statistics
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,11 +33,26 @@ PHASES = ("startup", "plan", "turn", "session", "job", "after")
 _WAITED = re.compile(r"Waited ([0-9.]+) s for the turn")
 
 
+def log_path(logs: Path, dag_id: str, run_id: str, task_id: str, try_number: int) -> Path:
+    """Where Airflow's default log layout puts a task try's log."""
+    return logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}" / f"attempt={try_number}.log"
+
+
+def _entries(path: Path) -> list[dict[str, Any]]:
+    """The JSON entries of a task log (none when it does not exist)."""
+    entries = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        with suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict):
+                entries.append(entry)
+    return entries
+
+
 def _lines(path: Path) -> list[tuple[dt.datetime, str, str]]:
     found = []
-    for line in path.read_text(errors="replace").splitlines():
+    for entry in _entries(path):
         try:
-            entry = json.loads(line)
             when = dt.datetime.fromisoformat(entry["timestamp"])
         except (ValueError, KeyError, TypeError):
             continue
@@ -71,8 +87,7 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
     for run_id, task_id, try_number, start, end, *_ in instances:
         if not (start and end):
             continue
-        folder = logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-        path = folder / f"attempt={try_number}.log"
+        path = log_path(logs, dag_id, run_id, task_id, try_number)
         if not path.exists():
             continue
         one = phases_of(path, start, end)
@@ -96,14 +111,8 @@ def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> 
     for run_id, task_id, try_number, _, _, state in instances:
         if state == "success":
             continue
-        folder = logs / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-        path = folder / f"attempt={try_number}.log"
         errors = []
-        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
+        for entry in _entries(log_path(logs, dag_id, run_id, task_id, try_number)):
             if entry.get("level") not in ("error", "critical"):
                 continue
             details = entry.get("error_detail") or []

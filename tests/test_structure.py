@@ -243,3 +243,23 @@ def test_a_third_engine_is_one_class_and_one_line(monkeypatch):
     assert InProcessEngine.submitted == [("tiny", "iceberg-dml-dag-d")]
     assert stored == {}  # what the job stored for a later try is forgotten once it ended
     assert type(operator._engine) is InProcessEngine
+
+
+def test_parsing_a_dag_file_does_not_import_the_openlineage_client() -> None:
+    """The lineage facets (and the OpenLineage client under them) load when the provider asks for
+    lineage, not in every task process and DAG parse; their names still resolve on first use."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib.util as u, sys; "
+        f"s = u.spec_from_file_location('d', {str(REPO / 'dags' / 'iceberg_dml_backfill.py')!r}); "
+        "s.loader.exec_module(u.module_from_spec(s)); "
+        "parsed = 'openlineage.client' in sys.modules; "
+        "from airflow_iceberg_dml import lineage; "
+        "print(parsed, lineage.HAVE_OPENLINEAGE_CLIENT, 'openlineage.client' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.split()[-3:] == ["False", "True", "True"], done.stderr[-2000:]

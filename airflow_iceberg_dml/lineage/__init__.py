@@ -64,23 +64,12 @@ if TYPE_CHECKING:
         maintenance_fields,
     )
 
-#: Imported on first use: the facets module imports the OpenLineage client (a third of a second), which a
-#: task process parsing a DAG file does not need unless the OpenLineage provider asks for lineage.
-_FACETS = frozenset(
-    {
-        "FACET_SCHEMA_URL",
-        "HAVE_OPENLINEAGE_CLIENT",
-        "IcebergDmlCommitRunFacet",
-        "IcebergMaintenanceRunFacet",
-        "dml_commit_fields",
-        "health_facet_fields",
-        "maintenance_fields",
-    }
-)
-
 
 def __getattr__(name: str) -> Any:
-    if name in _FACETS:
+    """The facets module's names, imported on first use: it imports the OpenLineage client (a third
+    of a second), which a task process parsing a DAG file does not need unless the OpenLineage
+    provider asks for lineage. Every other name of ``__all__`` is imported above."""
+    if name in __all__:
         from airflow_iceberg_dml.lineage import facets
 
         return getattr(facets, name)
