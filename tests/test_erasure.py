@@ -432,13 +432,13 @@ def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it_and_ot
     assert keys_on_storage(load(catalog_hook, items).location(), "order_id", erased_orders()) == []
 
 
+@pytest.mark.parametrize("variant", ["v3_partitioned", "v2_by_key"])
 def test_an_unprotected_branch_is_erased_and_purged_with_main(
-    spark, catalog_hook, airflow_db, spark_default_over_connect
+    spark, catalog_hook, airflow_db, spark_default_over_connect, variant
 ):
-    """On a table partitioned by another column (by the key, see docs/erasure.md's known limits)."""
+    """Partitioned by another column, and by the key (whose erasure drops whole files on each branch)."""
     from tests.dags import erasure_test_dag
 
-    variant = "v3_partitioned"
     orders, _ = create_tables(spark, variant)
     spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE BRANCH dev")  # not protected: erased and purged
     location = load(catalog_hook, orders).location()

@@ -27,6 +27,8 @@ _NO_SIZE_LIMIT = str(2**62)
 #: The table property of the manifests' target size, and how many manifests the purge's rewrite of a
 #: small table's manifests may write at most.
 _MANIFEST_TARGET, _MAX_MANIFESTS = "commit.manifest.target-size-bytes", 64
+#: At most how many times the purge rewrites the whole of a branch other than main (see ``_rewrite_branch``).
+_WHOLE_BRANCH_REWRITES = 2
 #: The table properties with which Iceberg itself deletes earlier ``metadata.json`` versions on commit.
 _DELETE_OLD_METADATA = {
     "write.metadata.delete-after-commit.enabled": "true",
@@ -142,19 +144,20 @@ class PurgeSteps(ErasureVerification):
         )
         if out["overdue"]:
             log(f"{target.table}: {out['overdue']} erasure commit(s) are past their purge deadline.")
-        erased_files = self._erased_files(state, [snapshot_id for snapshot_id, _, _ in pending])
+        erased_files, erasure_deletes = self._erased_files(
+            state, [snapshot_id for snapshot_id, _, _ in pending]
+        )
         out["data_files_with_erased_rows"] = len(erased_files)
         log(
             f"{target.table}: {len(erased_files)} data file(s) held the rows of "
             f"{len(pending)} erasure commit(s)"
         )
         state.refresh()
-        started_from = state.head()
-        for name, kind, _ in self._refs(state):
+        started_from: dict[str, int | None] = {"main": state.head()}
+        for name, kind, head in self._refs(state):
             if kind == "BRANCH" and name not in spec.protected_refs:
-                rewritten = self._rewrite(state, target.table, name)
-                out["data_files_rewritten"] += rewritten["rewritten_data_files_count"]
-                out["delete_files_removed"] += rewritten["removed_delete_files_count"]
+                started_from[name] = head
+                self._rewrite_branch(state, target.table, name, erased_files | erasure_deletes, out)
         out["tags_dropped"] = self._drop_tags(state, erased_files)
         out["manifests_rewritten"] = self._rewrite_manifests(state, target.table)
         own = self._own_commits(state, started_from)
@@ -170,8 +173,9 @@ class PurgeSteps(ErasureVerification):
         ).collect()
         return pending_erasures((int(row.snapshot_id), dict(row.summary or {})) for row in rows)
 
-    def _erased_files(self, state: TableState, snapshot_ids: list[int]) -> set[str]:
-        """The data files that the delete files added by ``snapshot_ids`` apply to."""
+    def _erased_files(self, state: TableState, snapshot_ids: list[int]) -> tuple[set[str], set[str]]:
+        """The data files that held the rows the commits ``snapshot_ids`` erased, and the delete files
+        those commits added."""
         rows = self.spark.sql(
             sql.metadata_query(
                 state.identifier,
@@ -195,16 +199,59 @@ class PurgeSteps(ErasureVerification):
             )
         ).collect()
         files.update(str(row.data_file) for row in removed)
-        return files
+        return files, {str(row.delete_file) for row in rows}
 
-    def _rewrite(self, state: TableState, table: str, branch: str) -> dict[str, int]:
-        """``rewrite_data_files`` of the files with delete files on ``branch``; conflicts re-planned."""
+    def _rewrite_branch(
+        self, state: TableState, table: str, branch: str, erased: set[str], out: dict[str, Any]
+    ) -> None:
+        """Rewrite the files of ``branch`` with erased rows; on a branch other than main whose manifests
+        still list one of the ``erased`` files (data or delete files) as deleted, then every file of the
+        branch, until they list none (a rewrite's own commit lists what it removed: one more rewrite
+        of everything drops that)."""
+        rewrites = [self._rewrite(state, table, branch)]
+        while (
+            branch != "main"
+            and len(rewrites) <= _WHOLE_BRANCH_REWRITES
+            and self._remembers(state, branch, erased)
+        ):
+            log(
+                f"{table}: the manifests of branch {branch} still list files that held erased rows: every "
+                "file of the branch is rewritten, so that its manifests are written anew."
+            )
+            rewrites.append(self._rewrite(state, table, branch, everything=True))
+        for rewritten in rewrites:
+            out["data_files_rewritten"] += rewritten["rewritten_data_files_count"]
+            out["delete_files_removed"] += rewritten["removed_delete_files_count"]
+
+    def _remembers(self, state: TableState, branch: str, files: set[str]) -> bool:
+        """Whether the manifests of ``branch``'s head still hold entries of ``files`` as deleted ones.
+
+        Iceberg rewrites the manifests of the main branch only (``rewrite_manifests`` has no branch;
+        apache/iceberg#15981). On another branch, the entries of the files the erasure or the rewrite
+        removed stay in the head's manifests, with their bounds, partition values and paths.
+        """
+        head = state.head(branch)
+        if head is None or not files:
+            return False
+        where = f"status = 2 AND data_file.file_path IN {sql.literal(sorted(files))}"
+        query = sql.snapshot_query(f"{state.identifier}.entries", head, "count(*)", where)
+        return int(self.spark.sql(query).collect()[0][0]) > 0
+
+    def _rewrite(
+        self, state: TableState, table: str, branch: str, *, everything: bool = False
+    ) -> dict[str, int]:
+        """``rewrite_data_files`` of the files with delete files on ``branch``; conflicts re-planned.
+
+        ``everything``: every live file of the branch, so that Iceberg writes each of its manifests anew
+        with live entries only (the way a branch's manifests leave the deleted entries behind).
+        """
         arguments = [
             ("table", sql.literal(".".join(sql.quote_identifier(p) for p in sql.split_table_name(table))))
         ]
         if branch != "main":
             arguments.append(("branch", sql.literal(branch)))
-        options = ", ".join(f"{sql.literal(k)}, {sql.literal(v)}" for k, v in REWRITE_OPTIONS.items())
+        chosen = {**REWRITE_OPTIONS, "rewrite-all": "true"} if everything else REWRITE_OPTIONS
+        options = ", ".join(f"{sql.literal(k)}, {sql.literal(v)}" for k, v in chosen.items())
         arguments.append(("options", f"map({options})"))
         statement = sql.call_procedure(self.spec.catalog, "rewrite_data_files", arguments)
         state.refresh()
@@ -304,14 +351,16 @@ class PurgeSteps(ErasureVerification):
         log(f"{table}: Iceberg deleted {dropped} earlier metadata.json version(s)")
         return dropped
 
-    def _own_commits(self, state: TableState, started_from: int | None) -> tuple[int, ...]:
-        """The ``replace`` commits on the main branch since ``started_from``, its head excepted: this
-        purge's rewrites (and a concurrent compaction's), whose manifests still name what the purge
-        removed. Expired whatever their age: they hold no row that a later snapshot lacks."""
-        head = state.head()
-        return tuple(
-            sorted(row.snapshot_id for row in _replaces(state, head, started_from) if row.snapshot_id != head)
-        )
+    def _own_commits(self, state: TableState, started_from: Mapping[str, int | None]) -> tuple[int, ...]:
+        """The ``replace`` commits on each branch since its head in ``started_from``, the branch's head
+        excepted: this purge's rewrites (and a concurrent compaction's), whose manifests still name
+        what the purge removed. Expired whatever their age: they hold no row that a later snapshot
+        lacks."""
+        own: set[int] = set()
+        for branch, since in started_from.items():
+            head = state.head(branch)
+            own.update(row.snapshot_id for row in _replaces(state, head, since) if row.snapshot_id != head)
+        return tuple(sorted(own))
 
     def _expire(self, state: TableState, table: str, own: tuple[int, ...] = ()) -> tuple[int, int]:
         """Expire the snapshots older than the minimum retention, and ``own``; ``(snapshots, files
