@@ -48,6 +48,11 @@ ICEBERG_COMMIT_EXCEPTIONS: dict[str, FailureKind] = {
     "CommitStateUnknownException": FailureKind.COMMIT_STATE_UNKNOWN,
 }
 
+#: Iceberg's validation could not walk back from the head to the snapshot the change started from:
+#: a concurrent expiry (a purge's of its own intermediate commits) removed it. Nothing was committed,
+#: and a re-plan starts from the new head, so it is a conflict too.
+_EXPIRED_START = re.compile(r"Snapshot -?\d+ is not an ancestor of -?\d+")
+
 
 #: A Spark Connect error's message starts with the server-side class: ``(org.apache...Exception) ...``.
 _CONNECT_CLASS_PREFIX = re.compile(r"^\(([\w.$]+)\) ")
@@ -140,9 +145,11 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     """(kind, ``"<Exception>: <first line>"``) when an Iceberg commit exception is behind ``error``."""
     for class_name, message in java_causes(error):
         kind = class_name.rsplit(".", 1)[-1]
+        first_line = next((line for line in message.splitlines() if line.strip()), "").strip()[:300]
         if kind in ICEBERG_COMMIT_EXCEPTIONS:
-            first_line = next((line for line in message.splitlines() if line.strip()), "")
-            return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line.strip()[:300]}"
+            return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line}"
+        if kind == "IllegalArgumentException" and _EXPIRED_START.search(message):
+            return FailureKind.COMMIT_CONFLICT, f"{kind}: {first_line} (expired while the change ran)"
     return None
 
 

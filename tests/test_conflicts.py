@@ -94,6 +94,19 @@ def test_the_first_line_of_the_message_describes_the_conflict():
     )
 
 
+def test_a_start_snapshot_expired_while_the_change_ran_is_a_conflict():
+    """A concurrent purge expired the snapshot a re-planned change started from (seen for real in
+    test_erasure.py::test_a_concurrent_delete_and_append_during_the_purge_lose_nothing)."""
+    cause = _JavaException("java.lang.IllegalArgumentException", "Snapshot 55 is not an ancestor of 14")
+    error = _Py4JError(_JavaException("org.apache.spark.SparkException", "Job aborted", cause))
+    assert commit_failure(error) == (
+        FailureKind.COMMIT_CONFLICT,
+        "IllegalArgumentException: Snapshot 55 is not an ancestor of 14 (expired while the change ran)",
+    )
+    other = _JavaException("java.lang.IllegalArgumentException", "Cannot parse the predicate")
+    assert classify(_Py4JError(other)) is FailureKind.OTHER
+
+
 def test_input_errors_and_others_are_not_conflicts():
     assert classify(_SqlError("42703")) is FailureKind.BAD_INPUT  # unresolved column
     assert classify(_SqlError("22003")) is FailureKind.BAD_INPUT  # overflow in the data
