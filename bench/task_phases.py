@@ -106,14 +106,15 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
 
 def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> list[str]:
     """For each task instance that did not succeed (``instances``: run_id, task_id, try_number, start,
-    end, state), the error lines of its log and their exceptions, so that a failed run says why."""
+    end, state), the last warning and error lines of its log and their exceptions, so that a failed run
+    says why (the supervisor's warnings included: a lost heartbeat is one)."""
     found = []
     for run_id, task_id, try_number, _, _, state in instances:
         if state == "success":
             continue
         errors = []
         for entry in _entries(log_path(logs, dag_id, run_id, task_id, try_number)):
-            if entry.get("level") not in ("error", "critical"):
+            if entry.get("level") not in ("warning", "error", "critical"):
                 continue
             details = entry.get("error_detail") or []
             causes = [
@@ -123,6 +124,6 @@ def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> 
             ]
             errors.append(" / ".join([str(entry.get("event", ""))[:200], *causes]))
         found.append(
-            f"{run_id} {task_id} try {try_number} ({state}): {' | '.join(errors[-3:]) or 'no error line'}"
+            f"{run_id} {task_id} try {try_number} ({state}): {' | '.join(errors[-6:]) or 'no error line'}"
         )
     return found
