@@ -112,7 +112,7 @@ def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> 
     for run_id, task_id, try_number, _, _, state in instances:
         if state == "success":
             continue
-        errors = []
+        lines = []
         for entry in _entries(log_path(logs, dag_id, run_id, task_id, try_number)):
             if entry.get("level") not in ("warning", "error", "critical"):
                 continue
@@ -122,8 +122,7 @@ def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> 
                 for d in details
                 if isinstance(d, dict)
             ]
-            errors.append(" / ".join([str(entry.get("event", ""))[:200], *causes]))
-        found.append(
-            f"{run_id} {task_id} try {try_number} ({state}): {' | '.join(errors[-6:]) or 'no error line'}"
-        )
+            lines.append(" / ".join([str(entry.get("event", ""))[:200], *causes]))
+        said = " | ".join(lines[-6:]) or "no warning or error line"
+        found.append(f"{run_id} {task_id} try {try_number} ({state}): {said}")
     return found
