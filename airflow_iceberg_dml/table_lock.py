@@ -32,7 +32,7 @@ import tempfile
 import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -78,14 +78,10 @@ def table_turn(
 
     ``holder`` (who takes it: the run key) is written into the file for the tasks that wait.
     """
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _share(path.parent, 0o1777)
     started = time.monotonic()
-    with path.open("a+") as handle:
-        _share(path, 0o666)
+    with open_lock_file(path) as handle:
         reported = started
-        while not _try_lock(handle.fileno()):
+        while not try_lock(handle.fileno()):
             if give_up is not None and give_up():
                 yield None
                 return
@@ -107,7 +103,18 @@ def table_turn(
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _try_lock(fd: int) -> bool:
+def open_lock_file(path: Path) -> TextIO:
+    """The lock file at ``path``, opened (and made, with its folder, usable by every user of the host)."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _share(path.parent, 0o1777)
+    handle = path.open("a+")
+    _share(path, 0o666)
+    return handle
+
+
+def try_lock(fd: int) -> bool:
+    """Take the exclusive ``flock`` of ``fd`` if nothing else holds it; whether it was taken."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:

@@ -5,7 +5,9 @@ process. Used by ``tests/test_backfill.py`` and ``bench/bench_backfill.py``.
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
+
+#: How each line of an Airflow log begins (a traceback's lines do not).
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
 
 
 class DeploymentError(RuntimeError):
@@ -180,6 +185,31 @@ class AirflowDeployment:
         with closing(psycopg2.connect(libpq_dsn(self.database_uri))) as db, db.cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall())
+
+    def failures(self, dag_id: str) -> str:
+        """Why runs of ``dag_id`` did not succeed: each unsuccessful task try's last warnings and errors
+        (its own log) and the scheduler's lines naming its run; empty if every run succeeded."""
+        from bench.task_phases import failure_lines
+
+        instances = self.query(
+            "SELECT run_id, task_id, try_number, start_date, end_date, state FROM task_instance"
+            " WHERE dag_id = %s",
+            dag_id,
+        )
+        failed = [i for i in instances if i[5] != "success"]
+        if not failed:
+            return ""
+        said = failure_lines(self.home / "logs", dag_id, failed)
+        scheduler = (self.home / "scheduler.log").read_text(errors="replace").splitlines()
+        for run_id in sorted({run_id for run_id, *_ in failed}):
+            said += [line[:400] for line in scheduler if run_id in line][-8:]
+        # The API server fails a task whose state update raised (its traceback's last lines).
+        api = (self.home / "api-server.log").read_text(errors="replace").splitlines()
+        for at, line in enumerate(api):
+            if "Error updating Task Instance state" in line:
+                traceback = list(itertools.takewhile(lambda text: not LOG_LINE.match(text), api[at + 1 :]))
+                said += [line[:400], *(text[:400] for text in traceback[-6:])]
+        return "\n".join(said)
 
     def wait_for(self, what: str, ready: Callable[[], object], timeout: float) -> None:
         """Until ``ready()`` is true; DeploymentError if a process exits or ``timeout`` passes."""

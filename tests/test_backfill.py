@@ -7,24 +7,32 @@ of one table whose data files mix days (and two years: two partitions per status
 Every run succeeds with zero task retries, every change commits at most once (exactly once where it
 matched rows), and the table equals the same restatement computed here in Python from the table as it
 was (pyarrow + Decimal), not by the package.
+
+The same deployment also runs eight tasks that report a new table's first asset events at one moment:
+Airflow itself fails such tasks unless they report in turn (asset_registration.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections import Counter
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_iceberg_dml.demo import create_orders_table
+from airflow_iceberg_dml.operators.base import table_asset_uri
 from airflow_iceberg_dml.spec import SummaryKey
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
 from dags.iceberg_dml_backfill import LAST_TRAINING_CLERK, RATE
 from tests.conftest import NAMESPACE, SESSION_TMP
+from tests.dags.report_race_test_dag import DAG_ID as RACE_DAG_ID
+from tests.dags.report_race_test_dag import TASKS as RACE_TASKS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 DAG_FILE = REPO / "dags" / "iceberg_dml_backfill.py"
 OVERWRITE_DAG_FILE = REPO / "dags" / "iceberg_backfill_overwrite.py"
 OVERWRITE_DAG_ID = "iceberg_backfill_overwrite"
+RACE_DAG_FILE = REPO / "tests" / "dags" / "report_race_test_dag.py"
 OPEN_BACKFILLS = "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL"
 DAG_ID = "iceberg_dml_backfill"
 TABLE = f"{NAMESPACE}.backfill_orders"
@@ -48,7 +57,7 @@ def airflow(connect_server: Any) -> Iterator[AirflowDeployment]:
         deployment = AirflowDeployment(
             SESSION_TMP / "backfill-airflow",
             create_database(server_uri, "airflow"),
-            [DAG_FILE, OVERWRITE_DAG_FILE],  # the example DAGs as written, alone in their folder
+            [DAG_FILE, OVERWRITE_DAG_FILE, RACE_DAG_FILE],  # the example DAGs as written, and the race
             parallelism=8,
             # The warm engine: spark_default names the session's Spark Connect server.
             env={"AIRFLOW_CONN_SPARK_DEFAULT": connect_server.connection_uri},
@@ -92,6 +101,8 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     airflow.wait_for_runs(DAG_ID, len(days), TIMEOUT_S)
 
     runs = airflow.query("SELECT run_id, state, run_type FROM dag_run WHERE dag_id = %s", DAG_ID)
+    if failures := airflow.failures(DAG_ID):
+        pytest.fail(f"task tries that did not succeed:\n{failures}")
     assert {(state, run_type) for _, state, run_type in runs} == {("success", "backfill")}, runs
     tries = airflow.query(
         "SELECT task_id, run_id, state, try_number, start_date, end_date FROM task_instance"
@@ -147,6 +158,42 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
             assert result["rows_deleted"] == test_rows[day], (task_id, day, result)
         else:
             assert result["rows_deleted"] in (day_rows[day], day_rows[day] - test_rows[day]), (day, result)
+
+
+def test_tasks_reporting_a_new_tables_events_at_one_moment_all_succeed(
+    airflow: AirflowDeployment, catalog_hook: Any
+) -> None:
+    """Airflow links an asset alias to its asset on the alias's first event, and creates the asset if
+    it does not know it, both unguarded against a concurrent report: eight tasks reporting the first
+    events of a new table at one moment (two runs, four tasks each, each task's alias shared by the
+    two runs) all succeed on their first try, because they report in turn (asset_registration.py)."""
+    table = f"{NAMESPACE}.report_race"
+    catalog_hook.catalog.create_table(table, schema=pa.schema([pa.field("id", pa.int64())]))
+    airflow.wait_for_dag(RACE_DAG_ID)
+    at = time.time() + 60  # every task started and waits by then
+    for run in ("first", "second"):
+        conf = json.dumps({"table": table, "at": str(at)})
+        airflow.run("dags", "trigger", RACE_DAG_ID, "--run-id", run, "--conf", conf)
+    airflow.wait_for_runs(RACE_DAG_ID, 2, TIMEOUT_S)
+
+    if failures := airflow.failures(RACE_DAG_ID):
+        pytest.fail(f"task tries that did not succeed:\n{failures}")
+    tries = airflow.query(
+        "SELECT state, try_number, start_date FROM task_instance WHERE dag_id = %s", RACE_DAG_ID
+    )
+    assert {(state, try_number) for state, try_number, _ in tries} == {("success", 1)}, tries
+    assert len(tries) == 2 * RACE_TASKS
+    late = [start for *_, start in tries if start.timestamp() >= at]
+    assert not late, f"tasks started after the moment they were to report at ({at}): {late}"
+    uri = table_asset_uri("iceberg_default", table)
+    events = airflow.query(
+        "SELECT e.source_run_id, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id"
+        " WHERE a.uri = %s",
+        uri,
+    )
+    assert sorted(events) == sorted(
+        (run, f"report_{n}") for run in ("first", "second") for n in range(RACE_TASKS)
+    )
 
 
 def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None]]:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 from airflow.sdk import AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowRuntimeError
 
+from airflow_iceberg_dml.asset_registration import give_back_after_report, take_report_turn
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.group_commit import Offer, queue_folder, settle
@@ -313,10 +314,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         return planned
 
     def report(self, run: JobRun, result: ResultT) -> None:
-        """Emit the result's asset events and log it; lineage (when the operator reports it) reads it."""
+        """Emit the result's asset events (in turn per asset: asset_registration.py) and log it."""
         self._lineage_result = result
-        for asset, extra in self.asset_events(run, result):
-            if self._outlet is not None:
+        if self._outlet is not None and (events := self.asset_events(run, result)):
+            give_back_after_report(self, take_report_turn({asset.uri for asset, _ in events}, self.log))
+            for asset, extra in events:
                 run.context["outlet_events"][self._outlet].add(asset, extra=extra)
         self.log_result(result)
 
