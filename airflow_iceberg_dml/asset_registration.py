@@ -1,11 +1,11 @@
 """Tasks that emit an event for one asset report their success one at a time on a worker host.
 
 Airflow registers a task's asset events while it records the task's success (the Execution API's
-state update, one database transaction). An event emitted through an asset alias first links the
-alias to the asset, and creates the asset when Airflow does not know it yet. Neither insert is guarded
-against a concurrent one (Airflow 3.3): when two tasks of one alias report at the same moment, before
-either link exists, both insert it, and the API server fails the one that loses the race, "Error
-updating Task Instance state. Setting the task to failed.", although its change committed. The
+state update, one database transaction). An event emitted through an asset alias creates the asset
+when Airflow does not know it yet, and links the alias to it the first time. Neither insert is guarded
+against a concurrent one (Airflow 3.3): when two tasks report such a first event at the same moment,
+both insert the row, and the API server fails the one that loses the race (a unique violation: "Error
+updating Task Instance state. Setting the task to failed."), although its change committed. The
 operators emit through an alias (so that a change that committed nothing emits nothing), and the
 tasks of one table tend to end together (a group commit settles several at once), so a backfill's
 first runs met this.

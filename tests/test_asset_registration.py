@@ -68,12 +68,16 @@ def _timed_turn(uris: list[str], wait_s: float = 30.0) -> tuple[float, Callable[
     return time.monotonic() - started, give_back
 
 
-def test_a_task_reports_once_the_task_before_it_has_reported(tmp_path: Path) -> None:
+def test_a_task_reports_once_the_task_before_it_has_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     other, release = _other_task(tmp_path, ORDERS)
     try:
         threading.Timer(1.5, release.write_text, ["go"]).start()
-        waited, give_back = _timed_turn([LINEITEM, ORDERS])
+        with caplog.at_level(logging.INFO, logger="task"):
+            waited, give_back = _timed_turn([LINEITEM, ORDERS])
         assert 1.5 <= waited < 10, waited
+        assert "for the tasks before this one to report" in caplog.text  # the wait is in the task log
         give_back()
         waited_again, give_back = _timed_turn([ORDERS])  # given back, taken again at once
         assert waited_again < 0.5
