@@ -20,7 +20,21 @@ _CONFIG: dict[str, Any] = {
                 "type": "string",
                 "example": "s3://privacy-audit/erasure-reports",
                 "default": None,
-            }
+            },
+            "preload_task_modules": {
+                "description": (
+                    "Import the modules the package's tasks need (the operators, pyiceberg, the Spark "
+                    "Connect client) in the scheduler before its LocalExecutor forks its workers, so that "
+                    "each task process inherits them instead of importing them: about 1.7 s less CPU "
+                    "per DML task on the benchmark machine. The scheduler's memory grows by what they "
+                    "take once (up to about 150 MiB), shared with the workers. Only a scheduler whose "
+                    "executor forks is affected."
+                ),
+                "version_added": "0.1.0",
+                "type": "boolean",
+                "example": "False",
+                "default": "True",
+            },
         },
     }
 }

@@ -9,7 +9,8 @@ matched rows), and the table equals the same restatement computed here in Python
 was (pyarrow + Decimal), not by the package.
 
 The same deployment also runs eight tasks that report a new table's first asset events at one moment:
-Airflow itself fails such tasks unless they report in turn (asset_registration.py).
+Airflow itself fails such tasks unless they report in turn (asset_registration.py); and a task that
+finds the package's modules loaded when it begins, inherited from its scheduler (preload.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from airflow_iceberg_dml.spec import SummaryKey
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
 from dags.iceberg_dml_backfill import LAST_TRAINING_CLERK, RATE
 from tests.conftest import NAMESPACE, SESSION_TMP
+from tests.dags.preload_probe_test_dag import DAG_ID as PROBE_DAG_ID
 from tests.dags.report_race_test_dag import DAG_ID as RACE_DAG_ID
 from tests.dags.report_race_test_dag import TASKS as RACE_TASKS
 
@@ -42,6 +44,7 @@ DAG_FILE = REPO / "dags" / "iceberg_dml_backfill.py"
 OVERWRITE_DAG_FILE = REPO / "dags" / "iceberg_backfill_overwrite.py"
 OVERWRITE_DAG_ID = "iceberg_backfill_overwrite"
 RACE_DAG_FILE = REPO / "tests" / "dags" / "report_race_test_dag.py"
+PROBE_DAG_FILE = REPO / "tests" / "dags" / "preload_probe_test_dag.py"
 OPEN_BACKFILLS = "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL"
 DAG_ID = "iceberg_dml_backfill"
 TABLE = f"{NAMESPACE}.backfill_orders"
@@ -57,7 +60,8 @@ def airflow(connect_server: Any) -> Iterator[AirflowDeployment]:
         deployment = AirflowDeployment(
             SESSION_TMP / "backfill-airflow",
             create_database(server_uri, "airflow"),
-            [DAG_FILE, OVERWRITE_DAG_FILE, RACE_DAG_FILE],  # the example DAGs as written, and the race
+            # the example DAGs as written, the race, and the preload's probe
+            [DAG_FILE, OVERWRITE_DAG_FILE, RACE_DAG_FILE, PROBE_DAG_FILE],
             parallelism=8,
             # The warm engine: spark_default names the session's Spark Connect server.
             env={"AIRFLOW_CONN_SPARK_DEFAULT": connect_server.connection_uri},
@@ -194,6 +198,24 @@ def test_tasks_reporting_a_new_tables_events_at_one_moment_all_succeed(
     assert sorted(events) == sorted(
         (run, f"report_{n}") for run in ("first", "second") for n in range(RACE_TASKS)
     )
+
+
+def test_tasks_start_with_the_modules_their_scheduler_preloaded(airflow: AirflowDeployment) -> None:
+    """The scheduler imports the tasks' modules before its LocalExecutor forks its workers (the
+    provider's plugin, preload.py): a task finds them loaded before it imports anything itself."""
+    airflow.wait_for_dag(PROBE_DAG_ID)
+    airflow.run("dags", "trigger", PROBE_DAG_ID, "--run-id", "probe")
+    airflow.wait_for_runs(PROBE_DAG_ID, 1, TIMEOUT_S)
+
+    if failures := airflow.failures(PROBE_DAG_ID):
+        pytest.fail(f"task tries that did not succeed:\n{failures}")
+    ((value,),) = airflow.query(
+        "SELECT value FROM xcom WHERE dag_id = %s AND key = 'return_value'", PROBE_DAG_ID
+    )
+    loaded = value if isinstance(value, dict) else json.loads(value)
+    assert loaded, value
+    assert [name for name, present in loaded.items() if not present] == []
+    assert "preloaded the modules its tasks import" in (airflow.home / "scheduler.log").read_text()
 
 
 def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None]]:
