@@ -22,6 +22,9 @@ $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	@# The build leaves an egg-info here; a process started in this folder would see the package's
+	@# entry points twice, and Airflow's task SDK stops loading plugins at a duplicate (preload.py).
+	rm -rf airflow_iceberg_dml.egg-info
 	touch $@
 
 jars: $(JARS_READY)

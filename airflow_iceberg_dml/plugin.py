@@ -1,7 +1,10 @@
 """The provider's Airflow plugin: a listener that preloads the tasks' modules in the scheduler.
 
 Registered under the ``airflow.plugins`` entry point. Airflow loads plugins in every component, so
-this module imports nothing heavy; see :mod:`airflow_iceberg_dml.preload`.
+this module imports nothing heavy; see :mod:`airflow_iceberg_dml.preload`. Airflow's task SDK (3.3)
+stops loading plugins at a name it has already loaded: a process that sees this package twice (run
+in an editable checkout whose build left an egg-info) would lose the plugins after this one, which
+is why the Makefile removes the egg-info (``tests/test_preload.py``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Import what the package's tasks need once in the scheduler, before its LocalExecutor forks workers.
 
-With the LocalExecutor (and any executor whose start method is ``fork``), every task process is a fork
+With the LocalExecutor (and multiprocessing's ``fork``, Linux's default), every task process is a fork
 of a worker, and every worker a fork of the scheduler. A task inherits every module its parent had
 imported; what it imports itself costs CPU in each task. A DML task imports pyiceberg with its pyarrow
 FileIO, SQLAlchemy's catalog, PySpark's Spark Connect client (gRPC, protobuf) and the operators, and
 its first catalog query configures the process's ORM mappings: 1.8 s of CPU per forked task on the
 benchmark machine, against 0.06 s when its parent did all that (``bench/bench_task_cpu.py``). On a
-host whose cores the tasks share with the scheduler and the engine, that CPU is what bounds a
-backfill's changes per minute (docs/benchmarks.md).
+host whose cores the tasks share with the scheduler and the engine, that CPU is what held a backfill
+of 16 runs at once back (docs/benchmarks.md).
 
 The plugin's listener (``plugin.py``) registers :func:`preload_before_fork` at Airflow's ``on_starting``;
 it runs in the parent before each fork and preloads the first time the process forking is a scheduler
@@ -79,8 +79,11 @@ def enabled() -> bool:
     """Whether the configuration asks for the preload (on by default) and this process forks tasks."""
     from airflow.configuration import conf
 
-    if not conf.getboolean(*CONFIG_OPTION, fallback=True):
-        return False
+    return conf.getboolean(*CONFIG_OPTION, fallback=True) and _forks()
+
+
+def _forks() -> bool:
+    # Unset means the platform's default, which is fork on Linux; the LocalExecutor reads it once.
     return multiprocessing.get_start_method(allow_none=True) in (None, "fork")
 
 
@@ -93,11 +96,18 @@ def register(component: Any) -> None:
 
 
 def preload_before_fork(job: Any) -> None:
-    """At a fork of a scheduler (the LocalExecutor's workers), import :func:`task_modules` once."""
-    if _state["loaded"] or getattr(job, "job_type", None) != "SchedulerJob":
+    """At a fork of a scheduler (the LocalExecutor's workers), import :func:`task_modules` once.
+
+    Never fails the fork: a module that does not import is the task's to report, where it runs."""
+    if _state["loaded"] or getattr(job, "job_type", None) != "SchedulerJob" or not _forks():
         return
     started = time.monotonic()
-    missing = preload_task_modules()
+    try:
+        missing = preload_task_modules()
+    except Exception:
+        _state["loaded"] = True
+        log.warning("airflow-iceberg-dml: preloading failed; its tasks import their modules", exc_info=True)
+        return
     log.info(
         "airflow-iceberg-dml: preloaded the modules its tasks import, in %.1f s%s",
         time.monotonic() - started,

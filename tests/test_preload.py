@@ -32,6 +32,11 @@ from airflow_iceberg_dml import preload
 class Job:
     job_type = sys.argv[1]
 
+if os.environ.get("PROBE_BREAK_PRELOAD"):
+    def broken():
+        raise RuntimeError("a module that breaks at import")
+    preload.preload_task_modules = broken
+
 preload.register(Job())
 loaded = set(sys.modules)
 r, w = os.pipe()
@@ -62,7 +67,8 @@ from pyspark.sql.connect.session import SparkSession
 """
 
 
-def _fork(job_type: str, child: str = "", **env: str) -> dict[str, list[str]]:
+def _fork(job_type: str, child: str = "", **env: str) -> dict[str, Any]:
+    """What the parent imported before it forked, and the child after; "output" is all they printed."""
     done = subprocess.run(
         [sys.executable, "-c", _FORK, job_type, child],
         env={**os.environ, **env},
@@ -71,8 +77,8 @@ def _fork(job_type: str, child: str = "", **env: str) -> dict[str, list[str]]:
         check=True,
         cwd=REPO,
     )
-    result: dict[str, list[str]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**result, "output": done.stdout + done.stderr}
 
 
 def test_a_scheduler_imports_the_task_modules_before_it_forks() -> None:
@@ -89,6 +95,14 @@ def test_other_components_import_nothing_more(job_type: str) -> None:
 
 def test_the_preload_can_be_turned_off() -> None:
     assert _fork("SchedulerJob", AIRFLOW__ICEBERG_DML__PRELOAD_TASK_MODULES="False")["parent"] == []
+
+
+def test_a_preload_that_fails_never_fails_the_fork() -> None:
+    done = _fork("SchedulerJob", "import pydoc", PROBE_BREAK_PRELOAD="1")
+    assert "pydoc" in done["child"]  # the child ran
+    assert "pyspark.sql.connect.session" not in done["parent"]
+    assert "preloading failed; its tasks import their modules" in done["output"]
+    assert "a module that breaks at import" in done["output"]
 
 
 def test_a_task_forked_after_the_preload_imports_none_of_them(catalog_hook: Any) -> None:
@@ -114,3 +128,24 @@ def test_a_task_forked_after_the_preload_imports_none_of_them(catalog_hook: Any)
         "pyspark.sql.connect.session",
         "airflow.models.dag",
     } <= set(heavy(control["child"]))
+
+
+def test_the_task_sdk_loads_every_plugin_beside_this_one() -> None:
+    """Airflow's task SDK stops loading plugins at a duplicate name, and a process started in the
+    checkout would see the package's entry points twice if its build's egg-info were left there (the
+    Makefile removes it): OpenLineage's listener, loaded after this package's, must be there too."""
+    script = (
+        "from airflow.sdk.listener import get_listener_manager; "
+        "print([getattr(p, '__name__', type(p).__name__) for p in get_listener_manager().pm.get_plugins()])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(REPO), "AIRFLOW__OPENLINEAGE__TRANSPORT": '{"type": "console"}'},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    listeners = done.stdout.strip().splitlines()[-1]
+    assert "airflow_iceberg_dml.plugin" in listeners, listeners
+    assert "OpenLineageListener" in listeners, listeners
