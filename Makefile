@@ -23,7 +23,7 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	@# The build leaves an egg-info here; a process started in this folder would see the package's
-	@# entry points twice, and Airflow's task SDK stops loading plugins at a duplicate (preload.py).
+	@# entry points twice, and Airflow's task SDK stops loading plugins at a duplicate (plugin.py).
 	rm -rf airflow_iceberg_dml.egg-info
 	touch $@
 

@@ -27,7 +27,7 @@ _CONFIG: dict[str, Any] = {
                     "Connect client) in the scheduler before its LocalExecutor forks its workers, so that "
                     "each task process inherits them instead of importing them: about 1.7 s less CPU "
                     "per DML task on the benchmark machine. The scheduler's memory grows by what they "
-                    "take once (up to about 150 MiB), shared with the workers. Only a scheduler whose "
+                    "take once (about 150 MiB), shared with the workers. Only a scheduler whose "
                     "executor forks is affected."
                 ),
                 "version_added": "0.1.0",

@@ -66,8 +66,9 @@ def preload_task_modules() -> list[str]:
         except ImportError:
             missing.append(name)
     # SQLAlchemy configures every mapped class of a process at its first query: the SQL catalog's,
-    # and Airflow's, whose hook then imports all of Airflow's models (0.8 s of CPU, by a profile of a
-    # task's first catalog query). Configured here, a forked task's first query skips that.
+    # and Airflow's, whose hook then imports all of Airflow's models (bench_task_cpu: a preloaded forked
+    # task spent 0.62 s without this, 0.06 s with it). Configured here, a forked task's first query
+    # skips that.
     from sqlalchemy.orm import configure_mappers
 
     configure_mappers()

@@ -73,13 +73,12 @@ STEPS = {
 _FORKED = """
 import os, sys
 import airflow.sdk
-def rss():
-    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-before = rss()
+import psutil
+before = psutil.Process().memory_info().rss
 if sys.argv[1] == "preload":
     from airflow_iceberg_dml.preload import preload_task_modules
     preload_task_modules()
-grown = rss() - before
+grown = psutil.Process().memory_info().rss - before
 pid = os.fork()
 if pid == 0:
     exec(sys.argv[2])
