@@ -53,7 +53,7 @@ def tpch_tables(scale_factor: str, *tables: str) -> dict[str, pa.Table]:
 
 def create_orders_table(catalog: Catalog, name: str, scale_factor: str) -> Table:
     """(Re)create ``name``: TPC-H orders at ``scale_factor``, partitioned by order status and order
-    year (so each data file mixes days), format v2, merge-on-read for DELETE and UPDATE."""
+    year (so each data file mixes days), format v2, merge-on-read for DELETE, UPDATE and MERGE."""
     import pyarrow as pa
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
@@ -87,6 +87,7 @@ def create_orders_table(catalog: Catalog, name: str, scale_factor: str) -> Table
             "format-version": "2",
             "write.delete.mode": "merge-on-read",
             "write.update.mode": "merge-on-read",
+            "write.merge.mode": "merge-on-read",
         },
     )
     table.append(generated.cast(schema.as_arrow()).cast(pa.schema(schema.as_arrow())))

@@ -9,6 +9,12 @@ its job, which applies them all in one statement and one commit (when their rows
 commit's summary names every run key with the rows its change matched, so that each claimed task,
 when its own turn comes, finds the commit as its own in the table's history and commits nothing.
 
+A backfill's run often has a DELETE and an UPDATE of the same day. On a table whose MERGE is
+merge-on-read (``write.merge.mode``), the two kinds mix: an offer also carries a *mix key* (its group
+key without the kind and ``set``), and the claiming task takes the waiting DELETEs and the UPDATEs of
+one ``set`` with it, as long as no DELETE's predicate reads a column the UPDATEs set. Its job applies
+them in one MERGE, as if the UPDATEs came first.
+
 An offer is a small JSON file locked (``flock``) by the waiting task's process for as long as it
 waits: a claim takes only offers whose lock is held, so a task that died waiting is never applied,
 and its offer is removed. A claimed task whose change is not in the table when its turn comes (the
@@ -37,8 +43,11 @@ from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey, SummaryKey, WriteMode
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
+#: The table property that must say merge-on-read for DELETEs and UPDATEs to be mixed in one MERGE.
+MERGE_MODE = "write.merge.mode"
 #: At most this many changes in one commit (the claiming task's own included).
 MAX_GROUP = 32
 #: Summary entries that tell the tries of one run apart; every other entry must agree to group.
@@ -60,6 +69,22 @@ def group_key(spec: DmlSpec) -> str | None:
     commit), and, for an UPDATE, no ``set`` column read by its predicate (applied together, the
     changes must select the same rows as applied one after another).
     """
+    shared = _shared(spec)
+    return None if shared is None else json.dumps(shared, sort_keys=True, default=str)
+
+
+def mix_key(spec: DmlSpec) -> str | None:
+    """What a change must share with changes of the other kind (DELETE with UPDATE) to be applied with
+    them in one MERGE; None when it cannot be mixed (it cannot be grouped, or it sets an isolation level,
+    which is the table's per kind)."""
+    shared = _shared(spec)
+    if shared is None or spec.commit_policy.isolation_level is not None:
+        return None
+    del shared["kind"], shared["assignments"]
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
+def _shared(spec: DmlSpec) -> dict[str, Any] | None:
     if (
         spec.dry_run
         or spec.guards.active
@@ -73,15 +98,12 @@ def group_key(spec: DmlSpec) -> str | None:
         return None
     try:
         where = bound_where(spec)
-        assignments = {
-            column: sql.bind_parameters(expression, spec.parameters)
-            for column, expression in spec.assignments.items()
-        }
+        assignments = bound_assignments(spec)
     except (KeyError, TypeError):  # the job names the problem when the change runs alone
         return None
-    if spec.kind is JobKind.UPDATE and any(_mentions(where, column) for column in assignments):
+    if spec.kind is JobKind.UPDATE and reads_any(where, assignments):
         return None
-    shared = {
+    return {
         "kind": spec.kind.value,
         "catalog": spec.catalog,
         "table": spec.table,
@@ -93,12 +115,44 @@ def group_key(spec: DmlSpec) -> str | None:
         },
         "version": spec.version,
     }
-    return json.dumps(shared, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class GroupOffer:
+    """What a waiting task puts on offer: its change, its :func:`group_key`, and its :func:`mix_key`
+    when its table's MERGE is merge-on-read (None: it joins changes of its own kind only)."""
+
+    key: str
+    member: GroupMember
+    mix: str | None = None
+
+
+def group_offer(spec: DmlSpec, *, merge_on_read_merge: bool) -> GroupOffer | None:
+    """``spec``'s offer (None when it cannot be grouped); mixable with the other kind when the table's
+    ``write.merge.mode`` is merge-on-read (``merge_on_read_merge``)."""
+    key = group_key(spec)
+    if key is None or spec.run_key is None:
+        return None
+    member = GroupMember(spec.run_key, bound_where(spec), spec.kind, bound_assignments(spec))
+    return GroupOffer(key, member, mix_key(spec) if merge_on_read_merge else None)
+
+
+def reads_any(where: str, columns: Iterable[str]) -> bool:
+    """Whether the predicate ``where`` reads any of ``columns`` (as a word: never a false no)."""
+    return any(_mentions(where, column) for column in columns)
 
 
 def bound_where(spec: DmlSpec) -> str:
     """The change's predicate, its parameters bound (``KeyError``/``TypeError`` as in the job)."""
     return sql.bind_parameters(spec.where, spec.parameters)
+
+
+def bound_assignments(spec: DmlSpec) -> dict[str, str]:
+    """The change's ``set`` expressions, their parameters bound (as :func:`bound_where`)."""
+    return {
+        column: sql.bind_parameters(expression, spec.parameters)
+        for column, expression in spec.assignments.items()
+    }
 
 
 def _mentions(text: str, column: str) -> bool:
@@ -131,7 +185,7 @@ class Offer:
     def settled_path(self) -> Path:
         return self.folder / f"{self.name}.settled"
 
-    def post(self, key: str, member: GroupMember) -> None:
+    def post(self, offer: GroupOffer) -> None:
         """Put the offer up: written whole and locked before it appears under its name."""
         self.folder.mkdir(parents=True, exist_ok=True)
         with suppress(PermissionError):
@@ -139,8 +193,18 @@ class Offer:
         staging = self.folder / f".{self.name}.tmp"
         handle = staging.open("w")
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        member = offer.member
         handle.write(
-            json.dumps({"key": key, "run_key": member.run_key.group_entry(0), "where": member.where})
+            json.dumps(
+                {
+                    "key": offer.key,
+                    "mix": offer.mix,
+                    "run_key": member.run_key.group_entry(0),
+                    "where": member.where,
+                    "kind": member.kind.value if member.kind else None,
+                    "assignments": dict(member.assignments),
+                }
+            )
         )
         handle.flush()
         os.replace(staging, self.path)
@@ -166,24 +230,68 @@ class Offer:
             self._handle = None
 
 
-def claim(folder: Path, key: str, limit: int = MAX_GROUP - 1) -> list[GroupMember]:
+def claim(
+    folder: Path, key: str, limit: int = MAX_GROUP - 1, *, mixing: GroupOffer | None = None
+) -> list[GroupMember]:
     """The changes on offer in ``folder`` that share ``key``, at most ``limit``, oldest first; each is
-    marked claimed. Call it only while holding the table's turn. Offers of dead tasks are removed."""
+    marked claimed. Call it only while holding the table's turn. Offers of dead tasks are removed.
+
+    ``mixing``, the claiming task's own offer with its mix key, also takes changes of the other kind
+    that share that key (:class:`_Mix` says which).
+    """
     if not folder.is_dir():
         return []
     _sweep(folder)
     offers = sorted(folder.glob("*.json"), key=_age)
+    mix = _Mix(mixing) if mixing is not None and mixing.mix is not None else None
     members: list[GroupMember] = []
     for path in offers:
         if len(members) >= limit:
             break
-        member = _live_offer(path, key)
-        if member is None:
+        read = _live_offer(path)
+        if read is None:
+            continue
+        offer, member = read
+        same = offer["key"] == key and (mix is None or mix.fits(member))
+        if not same and (mix is None or not mix.takes(offer, member)):
             continue
         with suppress(FileNotFoundError):  # withdrawn meanwhile: its task stopped waiting
             os.replace(path, path.with_suffix(".claimed"))
             members.append(member)
+            if mix is not None:
+                mix.add(offer, member)
     return members
+
+
+class _Mix:
+    """Which changes of the other kind join a group: those of the same mix key, every UPDATE of one
+    ``set`` (the first one's), and no DELETE whose predicate reads a column the UPDATEs set. Applied in
+    one MERGE, each change then matches the rows it would match with the UPDATEs applied first, and
+    the rows of every change are as its task counted them (the job checks again)."""
+
+    def __init__(self, own: GroupOffer) -> None:
+        self.key = own.mix
+        self.keys: dict[JobKind | None, str] = {}
+        self.sets: set[str] = set()
+        self.deletes: list[str] = []
+        self.add({"key": own.key}, own.member)
+
+    def takes(self, offer: dict[str, Any], member: GroupMember) -> bool:
+        """Whether the change joins by its mix key."""
+        same_set = self.keys.get(member.kind, offer["key"]) == offer["key"]
+        return offer.get("mix") == self.key and same_set and self.fits(member)
+
+    def fits(self, member: GroupMember) -> bool:
+        """Whether no DELETE predicate reads a column set, the change's own included."""
+        if member.kind is JobKind.UPDATE:
+            return not any(reads_any(where, member.assignments) for where in self.deletes)
+        return not reads_any(member.where, self.sets)
+
+    def add(self, offer: dict[str, Any], member: GroupMember) -> None:
+        self.keys.setdefault(member.kind, offer["key"])
+        self.sets.update(member.assignments)
+        if member.kind is JobKind.DELETE:
+            self.deletes.append(member.where)
 
 
 def settle(folder: Path, members: list[GroupMember]) -> None:
@@ -232,23 +340,33 @@ def _age(path: Path) -> float:
         return 0.0
 
 
-def _live_offer(path: Path, key: str) -> GroupMember | None:
-    """The offer at ``path`` when its task still waits and its change shares ``key``; a dead task's
-    offer (its lock free) is removed."""
+def _live_offer(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
+    """The offer at ``path`` and its change when its task still waits; a dead task's offer (its lock
+    free) is removed."""
     if not _held(path):  # the task that offered it is gone
         with suppress(FileNotFoundError):
             path.unlink()
         return None
-    return _member(path, key)
+    return _read(path)
 
 
-def _member(path: Path, key: str | None = None) -> GroupMember | None:
-    """The change of the offer at ``path`` (None: unreadable, gone, or of another key than ``key``)."""
+def _member(path: Path) -> GroupMember | None:
+    """The change of the offer at ``path`` (None: unreadable or gone)."""
+    read = _read(path)
+    return read[1] if read is not None else None
+
+
+def _read(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
+    """The offer at ``path`` and its change (None: unreadable, or gone)."""
     try:
         offer = json.loads(path.read_text())
         entry = offer["run_key"]
         run_key = RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))
-        return GroupMember(run_key, str(offer["where"])) if key in (None, offer["key"]) else None
+        kind = JobKind(offer["kind"]) if offer.get("kind") else None
+        assignments = {
+            str(column): str(value) for column, value in dict(offer.get("assignments") or {}).items()
+        }
+        return offer, GroupMember(run_key, str(offer["where"]), kind, assignments)
     except FileNotFoundError:  # withdrawn meanwhile: its task stopped waiting
         return None
     except (ValueError, KeyError, TypeError):

@@ -132,7 +132,9 @@ def committed_result(
     own_rows = run_key.group_rows(summary) if run_key is not None else None
     deleted, inserted = rows_deleted(summary, parent_summary), _count(summary, SummaryKey.ADDED_RECORDS)
     if own_rows is not None:  # a group commit: this run key's own rows (an UPDATE deletes and re-adds them)
-        deleted, inserted = own_rows, own_rows if inserted else 0
+        kind = run_key.group_kind(summary) if run_key is not None else None
+        updated = kind == "update" if kind is not None else inserted > 0  # one kind: only UPDATEs add rows
+        deleted, inserted = own_rows, own_rows if updated else 0
     return DmlResult(
         table=table,
         branch=branch,

@@ -37,6 +37,10 @@ def table_identifier(catalog: str, table: str, branch: str | None = None) -> str
 # checked that the predicate parses as exactly one expression before any statement is built.
 
 
+#: The constant source of a group commit's MERGE: its one column, and its name (no table column's).
+MIXED_GROUP_SOURCE = "__iceberg_dml_group"
+
+
 def delete_statement(target: str, where: str) -> str:
     return f"DELETE FROM {target}\nWHERE\n{where}"
 
@@ -59,14 +63,33 @@ def any_of(wheres: Sequence[str]) -> str:
     return "FALSE" + "".join(f"\nOR (\n{where}\n)" for where in wheres)
 
 
-def group_count_query(source: str, wheres: Sequence[str]) -> str:
+def group_count_query(source: str, wheres: Sequence[str], kinds: Sequence[str] | None = None) -> str:
     """Rows of ``source`` each predicate matches (``rows_0``, ``rows_1``, ...), and ``overlap``: rows
-    that more than one matches. One pass over the files that pruning by any of them keeps."""
+    that more than one predicate of one kind matches (``kinds``, one per predicate; one kind when None).
+    One pass over the files that pruning by any of them keeps."""
     matches = [f"coalesce((\n{where}\n), FALSE)" for where in wheres]
     counts = ",\n  ".join(f"count_if({match}) AS rows_{index}" for index, match in enumerate(matches))
-    overlap = " + ".join(f"IF({match}, 1, 0)" for match in matches)
+    by_kind: dict[str, list[str]] = {}
+    for match, kind in zip(matches, kinds or [""] * len(matches), strict=True):
+        by_kind.setdefault(kind, []).append(match)
+    overlap = " OR ".join(
+        "(" + " + ".join(f"IF({match}, 1, 0)" for match in same) + ") > 1" for same in by_kind.values()
+    )
+    return f"SELECT\n  {counts},\n  count_if({overlap}) AS overlap\nFROM {source}\nWHERE\n{any_of(wheres)}"
+
+
+def mixed_group_statement(target: str, deletes: str, updates: str, assignments: Mapping[str, str]) -> str:
+    """DELETEs and UPDATEs of one ``set`` in one statement (a group commit that mixes kinds): a MERGE
+    of the table with one constant row, whose rows matched by a DELETE's predicate (``deletes``) are
+    deleted, and the others matched by an UPDATE's (``updates``) are updated."""
+    set_clause = ",\n    ".join(
+        f"{quote_identifier(column)} = (\n{expression}\n)" for column, expression in assignments.items()
+    )
     return (
-        f"SELECT\n  {counts},\n  count_if({overlap} > 1) AS overlap\nFROM {source}\nWHERE\n{any_of(wheres)}"
+        f"MERGE INTO {target}\nUSING (SELECT 1 AS {MIXED_GROUP_SOURCE}) AS {MIXED_GROUP_SOURCE}\n"
+        f"ON {any_of([deletes, updates])}\n"
+        f"WHEN MATCHED AND coalesce((\n{deletes}\n), FALSE) THEN DELETE\n"
+        f"WHEN MATCHED AND coalesce((\n{updates}\n), FALSE) THEN UPDATE SET {set_clause}"
     )
 
 
@@ -284,16 +307,18 @@ def warmup_setup(table: str) -> list[str]:
         f"CREATE NAMESPACE IF NOT EXISTS {namespace}",
         f"DROP TABLE IF EXISTS {table} PURGE",
         f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ('format-version' = '2', "
-        "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read')",
+        "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read', "
+        "'write.merge.mode' = 'merge-on-read')",
     ]
 
 
 def warmup_changes(table: str) -> list[str]:
-    """A small DELETE and UPDATE, a metadata read, and the scratch table dropped: Iceberg's row-level
-    code loaded and compiled once, before the first task."""
+    """A small DELETE, UPDATE and group commit of both, a metadata read, and the scratch table dropped:
+    Iceberg's row-level code loaded and compiled once, before the first task."""
     return [
         f"DELETE FROM {table} WHERE id % 100 = 1",
         f"UPDATE {table} SET v = 'x' WHERE id % 100 = 2",
+        mixed_group_statement(table, "id % 100 = 3", "id % 100 = 4", {"v": "'y'"}),
         f"SELECT count(*) FROM {table}.snapshots",
         f"DROP TABLE {table} PURGE",
     ]

@@ -17,8 +17,10 @@ the last run's end, task duration p50 and p95 (from the task instances' start an
 on the table and the most changes one of them applied (group commit, read from their summaries), commit
 conflicts re-planned (the jobs' "Commit conflict" log lines), task retries and failures, the
 machine's peak memory in use (sampled every second, minus what was in use before the deployment
-started), and for the warm engine where a task's time went (``bench/task_phases.py``: medians of
-startup, planning, the wait for the turn, the session, the job and the rest, from the task logs).
+started), how busy the machine's cores were (every process's CPU time, and the warm engine's server's,
+over the backfill's wall time), and for the warm engine where a task's time went
+(``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
+the rest, from the task logs).
 Each configuration gets a fresh deployment, metadata database and table.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]``
@@ -34,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +77,55 @@ class MemoryPeak:
         return self.peak
 
 
+class CpuUse:
+    """The machine's CPU time in use (every process) and the engine's, from ``start`` to ``stop``."""
+
+    def __init__(self, engine_pid: int | None) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._engine = psutil.Process(engine_pid) if engine_pid else None
+        self._began = (time.monotonic(), self._machine(), self._engine_cpu())
+
+    def _machine(self) -> float:
+        times = self._psutil.cpu_times()
+        return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+    def _engine_cpu(self) -> float:
+        """The server process's CPU time and its live descendants' (the JVM may be a child of it)."""
+        if self._engine is None:
+            return 0.0
+        total = 0.0
+        for process in [self._engine, *self._engine.children(recursive=True)]:
+            with suppress(self._psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def stop(self) -> dict[str, float]:
+        """Shares of the machine's cores (1.0: every core busy the whole time)."""
+        wall, machine, engine = self._began
+        capacity = (time.monotonic() - wall) * (self._psutil.cpu_count() or 1)
+        return {
+            "machine_cpu_share": (self._machine() - machine) / capacity,
+            "engine_cpu_share": (self._engine_cpu() - engine) / capacity,
+        }
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def _one(
-    engine_kind: str, max_active_runs: int, days: int, *, scale: str, server_uri: str, engine_uri: str
+    engine_kind: str,
+    max_active_runs: int,
+    days: int,
+    *,
+    scale: str,
+    server_uri: str,
+    engine_uri: str,
+    engine_pid: int | None,
 ) -> dict[str, Any]:
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -107,6 +152,7 @@ def _one(
         airflow.start()
         airflow.wait_for_dag(dag_id)
         began = time.monotonic()
+        cpu = CpuUse(engine_pid if engine_kind == "connect" else None)
         airflow.run(
             "backfill", "create", "--dag-id", dag_id, "--from-date", FIRST_DAY.isoformat(),
             "--to-date", last_day.isoformat(), "--max-active-runs", str(max_active_runs),
@@ -114,6 +160,7 @@ def _one(
         )  # fmt: skip
         airflow.wait_for_runs(dag_id, days, timeout=4 * 3600)
         wall = time.monotonic() - began
+        cpu_use = cpu.stop()
         tries = airflow.query(
             "SELECT state, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s", dag_id
         )
@@ -159,6 +206,7 @@ def _one(
         "largest_group": max(commits, default=0),
         "task_phases": phases,
         "failure_lines": failures,
+        **cpu_use,
     }
 
 
@@ -193,12 +241,19 @@ def main(argv: list[str]) -> None:
     state = engine.start(
         home=engine_home, port=free_port(), catalog=IcebergCatalogHook("iceberg_default").catalog_config
     )
+    engine_pid = engine.server_pid(state, engine_home)
     try:
         with postgres_server() as server_uri:
             for kind in kinds:
                 for level in levels:
                     row = _one(
-                        kind, level, days, scale=scale, server_uri=server_uri, engine_uri=state.connection_uri
+                        kind,
+                        level,
+                        days,
+                        scale=scale,
+                        server_uri=server_uri,
+                        engine_uri=state.connection_uri,
+                        engine_pid=engine_pid,
                     )
                     log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
                     rows.append(row)
@@ -210,6 +265,7 @@ def main(argv: list[str]) -> None:
         engine.stop(engine_home)
     print(table(rows))
     print(phases_table(rows))
+    print(cpu_table(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
@@ -266,6 +322,24 @@ def phases_table(rows: list[dict[str, Any]]) -> str:
                 *(f"{row['task_phases']['median_s'][name]:.1f} s" for name in PHASES),
             ]
             for row in measured
+        ],
+    )
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    """How busy the machine's cores were during each backfill, and the warm engine's share."""
+    return markdown_table(
+        ["engine", "max active runs", "CPU busy", "of it, the warm engine's server", "the rest"],
+        [
+            [
+                LABELS[row["engine"]],
+                str(row["max_active_runs"]),
+                f"{row['machine_cpu_share']:.0%}",
+                f"{row['engine_cpu_share']:.0%}" if row["engine"] == "connect" else "",
+                f"{row['machine_cpu_share'] - row['engine_cpu_share']:.0%}",
+            ]
+            for row in rows
+            if "machine_cpu_share" in row
         ],
     )
 

@@ -11,8 +11,10 @@ nothing else:
 The two tasks of a run and the runs of a backfill all change one table at once, and its data files
 mix days (it is partitioned by status and year). On one worker host they take turns on the table
 (``one_writer_per_table``, on by default), so none of them loses a commit conflict and re-runs, and
-the task whose turn it is applies the other days' waiting changes of its kind with its own, in one
-commit (``group_commit``, on by default; each task's result still counts its own day's rows). Each
+the task whose turn it is applies the other days' waiting changes with its own, in one commit
+(``group_commit``, on by default; each task's result still counts its own day's rows). On a table whose
+MERGE is merge-on-read (``write.merge.mode``, as the quickstart's), the DELETEs and UPDATEs of the
+waiting days share that commit, in one MERGE; otherwise each commit holds one kind. Each
 change commits once per run: a retried task finds its run's commit by the run key and commits
 nothing more, so a rate is never applied twice to a day.
 

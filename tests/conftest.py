@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-    from airflow_iceberg_dml.spec import RunKey
+    from airflow_iceberg_dml.spec import DmlSpec, RunKey
 
 CATALOG = "iceberg_default"
 #: The ``spark_connect`` connection to the session's Spark Connect server (``connect_server``).
@@ -169,6 +169,22 @@ def create_orders_table(
         f"{CATALOG}.{name}"
     ).append()
     return name
+
+
+def dml_spec(table: str, where: str, run_key: RunKey, **fields: Any) -> DmlSpec:
+    """A DELETE (or ``kind=``) of ``table`` as the operator builds it for the task of ``run_key``'s
+    first try: the run key and its snapshot properties set."""
+    from airflow_iceberg_dml.spec import DmlSpec, JobKind
+
+    return DmlSpec(
+        kind=fields.pop("kind", JobKind.DELETE),
+        catalog=CATALOG,
+        table=table,
+        where=where,
+        run_key=run_key,
+        snapshot_properties=run_key.summary_properties(try_number=1),
+        **fields,
+    )
 
 
 def task_context(run_key: RunKey, try_number: int = 1) -> Any:

@@ -25,7 +25,15 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.group_commit import Offer, bound_where, claim, group_key, queue_folder, settle
+from airflow_iceberg_dml.group_commit import (
+    GroupOffer,
+    Offer,
+    bound_where,
+    claim,
+    group_key,
+    queue_folder,
+    settle,
+)
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
@@ -44,8 +52,8 @@ from airflow_iceberg_dml.spec import (
 )
 from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, lock_path, table_turn
 from tests.conftest import (
-    CATALOG,
     create_orders_table,
+    dml_spec,
     load,
     new_table_name,
     run_dag,
@@ -67,15 +75,7 @@ def _key(day: int) -> RunKey:
 
 
 def _spec(table: str, where: str, run_key: RunKey = LEADER, **fields: Any) -> DmlSpec:
-    return DmlSpec(
-        kind=fields.pop("kind", JobKind.DELETE),
-        catalog=CATALOG,
-        table=table,
-        where=where,
-        run_key=run_key,
-        snapshot_properties=run_key.summary_properties(try_number=1),
-        **fields,
-    )
+    return dml_spec(table, where, run_key, **fields)
 
 
 def _summary(table: Table) -> dict[str, str]:
@@ -150,9 +150,9 @@ def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_pat
     folder = queue_folder(tmp_path / "demo.orders.lock")
     same = [Offer(folder) for _ in range(3)]
     for day, offer in enumerate(same, start=2):
-        offer.post("key-a", GroupMember(_key(day), f"day = {day}"))
+        offer.post(GroupOffer("key-a", GroupMember(_key(day), f"day = {day}")))
     other = Offer(folder)
-    other.post("key-b", GroupMember(_key(9), "day = 9"))
+    other.post(GroupOffer("key-b", GroupMember(_key(9), "day = 9")))
 
     claimed = claim(folder, "key-a", limit=2)
 
@@ -175,10 +175,10 @@ def _waiting_task(folder: Path, ready: Path, day: int) -> subprocess.Popen[bytes
         f"""
         import time
         from pathlib import Path
-        from airflow_iceberg_dml.group_commit import Offer
+        from airflow_iceberg_dml.group_commit import GroupOffer, Offer
         from airflow_iceberg_dml.spec import GroupMember, RunKey
         offer = Offer(Path({str(folder)!r}))  # held: the lock lives as long as the offer's file handle
-        offer.post("key-a", GroupMember(RunKey("d", "t", "r{day}", -1), "day = {day}"))
+        offer.post(GroupOffer("key-a", GroupMember(RunKey("d", "t", "r{day}", -1), "day = {day}")))
         Path({str(ready)!r}).write_text("posted")
         time.sleep(600)
         """
@@ -372,9 +372,9 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     member_spec = waiting.build_spec(task_context(member_key), table)
     offered = waiting.group_offer(JobPlan(member_spec, before))
     assert offered is not None
-    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered[0])
+    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
     assert turn.offer is not None
-    turn.offer.post(*offered)  # the waiting task's offer, its lock held by this process
+    turn.offer.post(offered)  # the waiting task's offer, its lock held by this process
 
     dag_run = run_dag(dag, table=name, customer=7)
 
@@ -406,10 +406,10 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     late_spec = replace(member_spec, run_key=late_key, parameters={"customer": 9})
     late = waiting.group_offer(JobPlan(late_spec, before))
     assert late is not None
-    late_turn = Turn(turn.folder, late[0])
+    late_turn = Turn(turn.folder, late)
     assert late_turn.offer is not None
-    late_turn.offer.post(*late)
-    assert claim(late_turn.folder, late[0]) == [late[1]]  # claimed by a task that then applied nothing
+    late_turn.offer.post(late)
+    assert claim(late_turn.folder, late.key) == [late.member]  # claimed by a task that then applied nothing
     planned = waiting.on_turn(
         JobRun(task_context(late_key), catalog_hook), JobPlan(late_spec, before), late_turn
     )

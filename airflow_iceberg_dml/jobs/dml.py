@@ -209,11 +209,17 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         write_mode = self._resolve_write_mode(properties)
         self._apply_isolation_level(properties)
         statement = self._statement(self._target(ref), spec.where, spec.assignments)
-        grouped = f" (with {len(self._group.entries) - 1} waiting change(s))" if self._group else ""
+        group = self._group
+        grouped = f" (with {len(group.entries) - 1} waiting change(s))" if group else ""
         log(f"Plan: row-level {write_mode.value}: {_one_line(statement)}{grouped}")
-        where = self._group.where if self._group else self.where
+        if group is not None and group.mixed:
+            applied = group.merge(self._target(ref))
+            log(f"Group commit: the DELETEs and UPDATEs in one MERGE: {_one_line(applied)}")
+        else:
+            where = group.where if group else self.where
+            applied = self._statement(self._target(ref), where, self.assignments)
         with self._naming_input_errors():
-            self._execute(self._statement(self._target(ref), where, self.assignments), plan)
+            self._execute(applied, plan)
         return write_mode, statement
 
     def _record(

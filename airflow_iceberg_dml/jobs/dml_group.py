@@ -1,32 +1,39 @@
 """A group commit in the job: waiting tasks' changes applied with this one, in one statement and one commit.
 
 The operator hands the job the changes it claimed (:mod:`airflow_iceberg_dml.group_commit`): same
-kind, table, branch and ``set`` expressions as this job's, other rows. At the head snapshot the job
-counts, in one pass, the rows each predicate matches and the rows more than one matches. It applies
-them together only when no row is matched twice (then one statement changes each row exactly as the
-changes one after another would); otherwise, or when the count itself fails, this job's change is
-applied alone, and each claimed task applies its own in its turn. A claimed change that is already in
-the table (its run key committed) or that matches no row is left out. The commit's summary lists the
-run key and rows of every change it applied (``airflow-iceberg-dml.group``), so that each task, and
-any later try of it, finds the commit as its own.
+table, branch and commit settings as this job's, other rows; of the same kind and ``set`` expressions,
+or, on a table whose ``write.merge.mode`` is merge-on-read, DELETEs and UPDATEs of one ``set`` mixed.
+At the head snapshot the job counts, in one pass, the rows each predicate matches and the rows two
+changes of one kind both match. It applies them together only when there is no such row (then one
+statement changes each row exactly as the changes one after another would, the UPDATEs first, as no
+DELETE's predicate reads a column they set); otherwise, or when the count itself fails, this job's
+change is applied alone, and each claimed task applies its own in its turn. A claimed change that is
+already in the table (its run key committed) or that matches no row is left out. One kind is one
+DELETE or UPDATE statement; mixed kinds are one MERGE of the table with a constant row (delete where a
+DELETE matches, update where an UPDATE does). The commit's summary lists the run key and rows of every
+change it applied, and its kind when they are mixed (``airflow-iceberg-dml.group``), so that each
+task, and any later try of it, finds the commit as its own.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.group_commit import MERGE_MODE, reads_any
 from airflow_iceberg_dml.jobs.runner import error_message, log
-from airflow_iceberg_dml.spec import SummaryKey
+from airflow_iceberg_dml.spec import GroupMember, JobKind, SummaryKey, WriteMode
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.jobs.table_state import TableState
-    from airflow_iceberg_dml.spec import DmlSpec, GroupMember
+    from airflow_iceberg_dml.spec import DmlSpec
 
 
 @dataclass(frozen=True)
@@ -37,14 +44,30 @@ class Group:
     """Every applied change's predicate, or-ed (parameters bound)."""
     entries: tuple[dict[str, Any], ...]
     """Run key and rows of each applied change, as the commit's summary lists them."""
+    deletes: str | None = None
+    """When the group mixes kinds: the DELETEs' predicates, or-ed."""
+    updates: str | None = None
+    """When the group mixes kinds: the UPDATEs' predicates, or-ed."""
+    assignments: Mapping[str, str] = field(default_factory=dict)
+    """When the group mixes kinds: the UPDATEs' ``set`` (one for all, parameters bound)."""
 
     @property
     def own_rows(self) -> int:
         rows: int = self.entries[0]["rows"]
         return rows
 
+    @property
+    def mixed(self) -> bool:
+        return self.deletes is not None
+
     def summary(self) -> dict[str, str]:
         return {SummaryKey.GROUP: json.dumps(list(self.entries), sort_keys=True)}
+
+    def merge(self, target: str) -> str:
+        """The MERGE that applies a group of mixed kinds to ``target``."""
+        if self.deletes is None or self.updates is None:
+            raise ValueError("a group of one kind is one DELETE or UPDATE, not a MERGE")
+        return sql.mixed_group_statement(target, self.deletes, self.updates, self.assignments)
 
 
 class GroupCommit:
@@ -54,6 +77,7 @@ class GroupCommit:
     spec: DmlSpec
     state: TableState
     where: str
+    assignments: dict[str, str]
 
     if TYPE_CHECKING:
 
@@ -63,19 +87,22 @@ class GroupCommit:
         """The changes to apply at ``head``, this job's first; None to apply this job's alone."""
         assert self.spec.run_key is not None  # the operator groups only changes with a run key
         history = self.state.history()  # read once for every waiting change
-        waiting = [
-            member
-            for member in self.spec.group
-            if not history.ours(head, CommitMarks(run_key=member.run_key))
-        ]
-        counts = self._count_each(head, waiting)
+        waiting = self._mixable(
+            [
+                member
+                for member in self.spec.group
+                if not history.ours(head, CommitMarks(run_key=member.run_key))
+            ]
+        )
+        kinds = [self.spec.kind, *(member.kind or self.spec.kind for member in waiting)]
+        counts = self._count_each(head, waiting, kinds)
         if counts is None:
             return None
         own, *rows, overlap = counts
         if overlap:
             log(
-                f"Group commit: {overlap} row(s) match more than one of the {len(waiting) + 1} changes: "
-                "applying this change alone; the others follow in their own turns."
+                f"Group commit: {overlap} row(s) match more than one of the {len(waiting) + 1} changes of "
+                "one kind: applying this change alone; the others follow in their own turns."
             )
             return None
         applied = [(member, count) for member, count in zip(waiting, rows, strict=True) if count > 0]
@@ -83,21 +110,76 @@ class GroupCommit:
         log(
             f"Group commit: this change matches {own} row(s); {len(applied)} waiting change(s) "
             f"match {sum(count for _, count in applied)} more"
-            + (f" ({skipped} left out: already committed, or matching no row)" if skipped else "")
+            + (
+                f" ({skipped} left out: already committed, of the other kind, or matching no row)"
+                if skipped
+                else ""
+            )
         )
+        return self._group_of([(GroupMember(self.spec.run_key, self.where), own), *applied])
+
+    def _group_of(self, applied: list[tuple[GroupMember, int]]) -> Group:
+        """The group of ``applied`` (this job's change first): one MERGE when it mixes kinds."""
+        own = self.spec.kind
+        kinds = [member.kind or own for member, _ in applied]
+        mixed = len(set(kinds)) > 1
+        entries = tuple(
+            member.run_key.group_entry(count, kind if mixed else None)
+            for (member, count), kind in zip(applied, kinds, strict=True)
+        )
+        where = sql.any_of([member.where for member, _ in applied])
+        if not mixed:
+            return Group(where=where, entries=entries)
+        updates = [
+            (member, kind) for (member, _), kind in zip(applied, kinds, strict=True) if kind is JobKind.UPDATE
+        ]
+        deletes = [
+            member.where for (member, _), kind in zip(applied, kinds, strict=True) if kind is JobKind.DELETE
+        ]
+        first = updates[0][0]
         return Group(
-            where=sql.any_of([self.where, *(member.where for member, _ in applied)]),
-            entries=(
-                self.spec.run_key.group_entry(own),
-                *(member.run_key.group_entry(count) for member, count in applied),
-            ),
+            where=where,
+            entries=entries,
+            deletes=sql.any_of(deletes),
+            updates=sql.any_of([member.where for member, _ in updates]),
+            assignments=self.assignments if own is JobKind.UPDATE else dict(first.assignments),
         )
 
-    def _count_each(self, head: int, waiting: list[GroupMember]) -> list[int] | None:
-        """Rows each predicate matches at ``head`` (this job's first), then the rows matched twice;
-        None when a waiting change's predicate cannot be evaluated (its own task will say why)."""
+    def _mixable(self, waiting: list[GroupMember]) -> list[GroupMember]:
+        """``waiting`` without the changes of the other kind when they cannot be mixed with this one:
+        the table's MERGE is not merge-on-read, the UPDATEs' ``set`` differ, or a DELETE's predicate reads
+        a column the UPDATEs set (the operator claims none of those; the table may have changed since)."""
+        own = self.spec.kind
+        others = [member for member in waiting if (member.kind or own) is not own]
+        if not others:
+            return waiting
+        changes = [
+            (own, self.where, self.assignments),
+            *((m.kind or own, m.where, m.assignments) for m in waiting),
+        ]
+        updates = [assignments for kind, _, assignments in changes if kind is JobKind.UPDATE]
+        sets = {json.dumps(dict(assignments), sort_keys=True) for assignments in updates}
+        columns = [column for assignments in updates for column in assignments]
+        mode = self.state.properties().get(MERGE_MODE)
+        if mode != WriteMode.MERGE_ON_READ.value:
+            reason = f"the table's {MERGE_MODE} is {mode or 'unset'}, not merge-on-read"
+        elif len(sets) > 1:
+            reason = "the UPDATEs set different expressions"
+        elif any(reads_any(where, columns) for kind, where, _ in changes if kind is JobKind.DELETE):
+            reason = "a DELETE's predicate reads a column the UPDATEs set"
+        else:
+            return waiting
+        log(
+            f"Group commit: {len(others)} waiting change(s) of the other kind left out ({reason}); "
+            "they follow in their own turns."
+        )
+        return [member for member in waiting if (member.kind or own) is own]
+
+    def _count_each(self, head: int, waiting: list[GroupMember], kinds: list[JobKind]) -> list[int] | None:
+        """Rows each predicate matches at ``head`` (this job's first), then the rows matched by two of
+        one kind; None when a waiting change's predicate cannot be evaluated (its own task will say why)."""
         wheres = [self.where, *(member.where for member in waiting)]
-        query = sql.group_count_query(self._snapshot_source(head), wheres)
+        query = sql.group_count_query(self._snapshot_source(head), wheres, [kind.value for kind in kinds])
         try:
             row = self.spark.sql(query).collect()[0]
         except Exception as error:  # noqa: BLE001 - the waiting changes stay with their own tasks

@@ -29,6 +29,7 @@ class TableState:
         self.catalog = catalog
         self.table = table
         self.identifier = sql.table_identifier(catalog, table)
+        self._history: SnapshotHistory | None = None
 
     def refresh(self) -> None:
         """Drop Spark's cached copy of the table, so that the next read sees the latest commit.
@@ -37,6 +38,7 @@ class TableState:
         """
         from pyspark.errors import AnalysisException
 
+        self._history = None
         try:
             self.spark.sql(sql.refresh_table(self.identifier))
         except AnalysisException as error:
@@ -66,7 +68,13 @@ class TableState:
         return refs.get(ref)
 
     def history(self) -> SnapshotHistory:
-        """Every snapshot still in the metadata, with its parent and summary."""
+        """Every snapshot still in the metadata, with its parent and summary: read once between two
+        :meth:`refresh` calls (a job plans on the history it read, and refreshes to see a newer one)."""
+        if self._history is None:
+            self._history = self._read_history()
+        return self._history
+
+    def _read_history(self) -> SnapshotHistory:
         rows = self.spark.sql(
             sql.metadata_query(self.identifier, "snapshots", "snapshot_id, parent_id, summary, operation")
         ).collect()

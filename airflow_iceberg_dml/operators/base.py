@@ -45,7 +45,7 @@ from airflow.sdk.exceptions import AirflowRuntimeError
 from airflow_iceberg_dml.asset_registration import give_back_after_report, take_report_turn
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import IcebergDmlError
-from airflow_iceberg_dml.group_commit import Offer, queue_folder, settle
+from airflow_iceberg_dml.group_commit import GroupOffer, Offer, queue_folder, settle
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
@@ -115,13 +115,13 @@ class Turn:
     :mod:`airflow_iceberg_dml.group_commit`), and the waiting changes it claimed."""
 
     folder: Path | None = None
-    key: str | None = None
+    own: GroupOffer | None = None
     offer: Offer | None = field(init=False, default=None)
     held: bool = field(init=False, default=True)
     claimed: list[GroupMember] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.folder is not None and self.key is not None:
+        if self.folder is not None and self.own is not None:
             self.offer = Offer(self.folder)
 
     def settle(self) -> None:
@@ -167,12 +167,12 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         rows would otherwise conflict at commit and re-run whole. The wait is in the task log. Across
         worker hosts, give the tasks of a table an Airflow pool of one slot (docs/reliability.md).
     :param group_commit: When True (default), with ``one_writer_per_table``: while this task waits for
-        its turn, its change is on offer to the task whose turn it is, and once its own turn comes it
-        applies the waiting changes that differ from its own in their rows only, in one statement and
-        one commit (DELETE and UPDATE in merge-on-read, when their rows do not overlap; see
-        :mod:`airflow_iceberg_dml.group_commit` and docs/reliability.md). Each task's result is its own:
-        its rows, in the shared commit; a task whose change another task's commit applied ends as soon
-        as that commit lands. False: this task's change is always a commit of its own.
+        its turn, its change is on offer to the task whose turn it is, and in its own turn it applies
+        the waiting changes whose rows do not overlap its own with it, in one commit (merge-on-read
+        DELETEs, or UPDATEs of one ``set``; both in one MERGE when the table's ``write.merge.mode`` is
+        merge-on-read; see :mod:`airflow_iceberg_dml.group_commit`, docs/reliability.md). Each task's
+        result is its own: its rows, in the shared commit; a task whose change another task's commit
+        applied ends as soon as that commit lands. False: this task's change is a commit of its own.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -287,10 +287,10 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             f"[{key.map_index}]" if key.map_index >= 0 else ""
         )
         offered = self.group_offer(planned) if offering else None
-        turn = Turn(queue_folder(path), offered[0]) if offered else Turn()
+        turn = Turn(queue_folder(path), offered) if offered else Turn()
         try:
             if offered and turn.offer is not None:
-                turn.offer.post(*offered)
+                turn.offer.post(offered)
             give_up = turn.offer.settled if turn.offer is not None else None
             with table_turn(path, holder, self.log, give_up=give_up) as waited:
                 turn.held = waited is not None
@@ -303,8 +303,8 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             if turn.offer is not None:
                 turn.offer.withdraw()
 
-    def group_offer(self, planned: JobPlan[BeforeT]) -> tuple[str, GroupMember] | None:
-        """What this task offers to apply with others' changes (its group key and change); None by
+    def group_offer(self, planned: JobPlan[BeforeT]) -> GroupOffer | None:
+        """What this task offers to apply with others' changes (its change and group keys); None by
         default: only the DML operators' changes can be grouped (:mod:`airflow_iceberg_dml.group_commit`)."""
         return None
 

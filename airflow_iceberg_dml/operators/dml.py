@@ -17,6 +17,7 @@ from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     SnapshotMismatchError,
 )
+from airflow_iceberg_dml.group_commit import MERGE_MODE
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,
@@ -271,6 +272,7 @@ class BaseIcebergDmlOperator(
     def plan(self, run: JobRun, table: Table) -> JobPlan[int | None] | DmlResult:
         self.remember_lineage_table(run.catalog_hook, table)
         spec = self.build_spec(run.context, table)
+        self.merge_on_read_merge = table.properties.get(MERGE_MODE) == WriteMode.MERGE_ON_READ.value
         head = run.catalog_hook.head_snapshot(table, spec.branch)
         head_id = head.snapshot_id if head else None
         # Before the expected-snapshot check: an earlier try's own commit has moved the head.

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.group_commit import bound_where, claim, group_key
+from airflow_iceberg_dml.group_commit import GroupOffer, claim, group_offer
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.result import DmlResult
-from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobRecord, Outcome, Plan, SummaryKey, WriteMode
+from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
 from airflow_iceberg_dml.specs.common import group_entries
 
 if TYPE_CHECKING:
@@ -43,22 +43,24 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     """The DML operators' side of the turn: exactly once before it, group commit in it."""
 
     branch: str | None
+    #: Whether the table's MERGE is merge-on-read (read when planning): then this task's change can be
+    #: applied with waiting changes of the other kind, in one MERGE.
+    merge_on_read_merge: bool = False
 
     if TYPE_CHECKING:
 
         def to_result(self, record: JobRecord | None, **read_back: Any) -> DmlResult: ...
 
-    def group_offer(self, planned: JobPlan[int | None]) -> tuple[str, GroupMember] | None:
+    def group_offer(self, planned: JobPlan[int | None]) -> GroupOffer | None:
         spec = planned.spec
-        if not isinstance(spec, DmlSpec) or spec.run_key is None:
+        if not isinstance(spec, DmlSpec):
             return None
-        key = group_key(spec)
-        return None if key is None else (key, GroupMember(spec.run_key, bound_where(spec)))
+        return group_offer(spec, merge_on_read_merge=self.merge_on_read_merge)
 
     def on_turn(
         self, run: JobRun, planned: JobPlan[int | None], turn: Turn
     ) -> JobPlan[int | None] | DmlResult:
-        if turn.offer is None or turn.folder is None or turn.key is None:
+        if turn.offer is None or turn.folder is None or turn.own is None:
             return planned
         spec = planned.spec
         assert isinstance(spec, DmlSpec)  # group_offer offers nothing else
@@ -74,7 +76,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         turn.offer.withdraw()
         if not turn.held:  # settled while it waited: the turn is taken next, with nothing on offer
             return planned
-        members = turn.claimed = claim(turn.folder, turn.key)
+        members = turn.claimed = claim(turn.folder, turn.own.key, mixing=turn.own)
         if not members:
             return planned
         self.log.info(

@@ -162,22 +162,36 @@ class RunKey:
             and summary.get(SummaryKey.MAP_INDEX) == str(self.map_index)
         ) or self.group_rows(summary) is not None
 
-    def group_entry(self, rows: int) -> dict[str, Any]:
-        """This run key and the rows its change matched, as one entry of a group commit's summary."""
-        return {
+    def group_entry(self, rows: int, kind: JobKind | None = None) -> dict[str, Any]:
+        """This run key and the rows its change matched, as one entry of a group commit's summary; with
+        its kind (``delete``, ``update``) in a commit that mixes kinds."""
+        entry: dict[str, Any] = {
             "dag_id": self.dag_id,
             "task_id": self.task_id,
             "run_id": self.run_id,
             "map_index": self.map_index,
             "rows": rows,
         }
+        return entry if kind is None else {**entry, "kind": kind.value}
 
     def group_rows(self, summary: Mapping[str, str]) -> int | None:
         """The rows this run key's change matched in a group commit's summary; None when not in one."""
+        entry = self._group_entry_in(summary)
+        rows = entry.get("rows") if entry is not None else None
+        return rows if isinstance(rows, int) else None
+
+    def group_kind(self, summary: Mapping[str, str]) -> str | None:
+        """This run key's kind in a group commit that mixes kinds; None in any other commit."""
+        entry = self._group_entry_in(summary)
+        kind = entry.get("kind") if entry is not None else None
+        return kind if isinstance(kind, str) else None
+
+    def _group_entry_in(self, summary: Mapping[str, str]) -> dict[str, Any] | None:
+        identity = ("dag_id", "task_id", "run_id", "map_index")
+        own = self.group_entry(0)
         for entry in group_entries(summary):
-            if {**entry, "rows": 0} == self.group_entry(0):
-                rows = entry.get("rows")
-                return rows if isinstance(rows, int) else None
+            if all(entry.get(name) == own[name] for name in identity):
+                return entry
         return None
 
 

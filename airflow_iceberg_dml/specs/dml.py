@@ -91,15 +91,21 @@ class GroupMember:
     """Another task's change that this job applies in its own commit (a group commit).
 
     The member waited for its turn on the same table with a change that differs from this job's in
-    its rows only: same kind, table, branch, ``set`` expressions and commit settings.
+    its rows only (same kind, table, branch, ``set`` expressions and commit settings), or, on a table
+    whose MERGE is merge-on-read, in its kind too: DELETEs and UPDATEs of one ``set`` mixed in one
+    MERGE (``group_commit`` on the operators).
 
     :param run_key: The member's run key; the group commit carries it, so that the member (and any
         later try of it) finds the commit as its own.
     :param where: The member's predicate, its parameters already bound.
+    :param kind: The member's kind; None: the job's own.
+    :param assignments: An UPDATE member's ``set``, its parameters already bound.
     """
 
     run_key: RunKey
     where: str
+    kind: JobKind | None = None
+    assignments: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
