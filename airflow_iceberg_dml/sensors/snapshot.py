@@ -60,7 +60,8 @@ class IcebergSnapshotSensor(lineage.IcebergLineageMixin, BaseSensorOperator):
     :param committed_after: Only commits strictly after this instant: a timezone-aware datetime, an ISO
         8601 string or epoch milliseconds, e.g. ``"{{ data_interval_end }}"``. (templated)
     :param operations: Only these operations: ``append``, ``overwrite``, ``delete``, ``replace``; a list
-        or a comma-separated string. (templated)
+        or a comma-separated string (a DELETE that group commit applied with UPDATEs is in an
+        ``overwrite`` commit). (templated)
     :param summary: Snapshot summary entries that must be present with these exact values, e.g.
         ``{"batch-id": "{{ params.batch }}"}``. (templated)
     :param run_key: Only the commit of this Airflow run key, as this package's operators write it on every
