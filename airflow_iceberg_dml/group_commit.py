@@ -85,6 +85,7 @@ def mix_key(spec: DmlSpec) -> str | None:
 
 
 def _shared(spec: DmlSpec) -> dict[str, Any] | None:
+    """What grouped changes must share (:func:`group_key`); None when ``spec`` cannot be grouped."""
     if (
         spec.dry_run
         or spec.guards.active
