@@ -21,18 +21,22 @@ started), how busy the machine's cores were (every process's CPU time, and the w
 over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs).
-Each configuration gets a fresh deployment, metadata database and table.
+Each backfill gets a fresh deployment, metadata database and table. Runs of one configuration spread by
+a fifth on this machine: ``--repeat N`` runs each N times, and the ratios and the plot use the medians.
 
-``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]``
+``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
+[--repeat 1]``
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -126,11 +130,12 @@ def _one(
     server_uri: str,
     engine_uri: str,
     engine_pid: int | None,
+    repeat: int = 0,
 ) -> dict[str, Any]:
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
-    label = f"{engine_kind}_{max_active_runs}"
+    label = f"{engine_kind}_{max_active_runs}" + (f"_{repeat}" if repeat else "")
     table = f"bench.backfill_{label}"
     catalog = IcebergCatalogHook("iceberg_default").catalog
     if engine_kind != "noop":
@@ -189,6 +194,7 @@ def _one(
     return {
         "engine": engine_kind,
         "max_active_runs": max_active_runs,
+        "repeat": repeat,
         "days": days,
         "changes": len(tries),
         "wall_s": wall,
@@ -226,6 +232,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--max-active-runs", default="8,16")
     parser.add_argument("--engines", default="connect,submit,noop")
     parser.add_argument("--scale-factor", default="0.1")
+    parser.add_argument("--repeat", type=int, default=1, help="backfills per configuration (ratios: medians)")
     args, _ = parser.parse_known_args(argv)
     days = 4 if args.quick else args.dates
     levels = [2] if args.quick else [int(n) for n in args.max_active_runs.split(",")]
@@ -244,23 +251,22 @@ def main(argv: list[str]) -> None:
     engine_pid = engine.server_pid(state, engine_home)
     try:
         with postgres_server() as server_uri:
-            for kind in kinds:
-                for level in levels:
-                    row = _one(
-                        kind,
-                        level,
-                        days,
-                        scale=scale,
-                        server_uri=server_uri,
-                        engine_uri=state.connection_uri,
-                        engine_pid=engine_pid,
-                    )
-                    log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
-                    rows.append(row)
-                    _ratios(rows)  # written after each configuration: a long run keeps what it measured
-                    write_results(
-                        "backfill", {"scale_factor": scale, "days": days, "rows": rows}, quick=args.quick
-                    )
+            for kind, level, repeat in itertools.product(kinds, levels, range(max(1, args.repeat))):
+                row = _one(
+                    kind,
+                    level,
+                    days,
+                    scale=scale,
+                    server_uri=server_uri,
+                    engine_uri=state.connection_uri,
+                    engine_pid=engine_pid,
+                    repeat=repeat,
+                )
+                log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
+                rows.append(row)
+                _ratios(rows)  # written after each configuration: a long run keeps what it measured
+                results = {"scale_factor": scale, "days": days, "rows": rows}
+                write_results("backfill", results, quick=args.quick)
     finally:
         engine.stop(engine_home)
     print(table(rows))
@@ -270,13 +276,22 @@ def main(argv: list[str]) -> None:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
 
+def _median_rate(rows: list[dict[str, Any]], engine_kind: str, level: int) -> float | None:
+    """The median changes per minute of ``engine_kind``'s backfills at ``level`` (None: none ran)."""
+    rates = [
+        r["changes_per_minute"] for r in rows if r["engine"] == engine_kind and r["max_active_runs"] == level
+    ]
+    return statistics.median(rates) if rates else None
+
+
 def _ratios(rows: list[dict[str, Any]]) -> None:
-    """Each engine's changes per minute against spark-submit's and the no-op's at the same level."""
+    """Each backfill's changes per minute against the median of spark-submit's and the no-op's at the
+    same level (one backfill each unless ``--repeat``)."""
     for row in rows:
-        same = {r["engine"]: r for r in rows if r["max_active_runs"] == row["max_active_runs"]}
         for baseline in ("submit", "noop"):
-            if baseline in same and row["engine"] != baseline:
-                row[f"vs_{baseline}"] = row["changes_per_minute"] / same[baseline]["changes_per_minute"]
+            rate = _median_rate(rows, baseline, row["max_active_runs"])
+            if rate is not None and row["engine"] != baseline:
+                row[f"vs_{baseline}"] = row["changes_per_minute"] / rate
 
 
 def _commits_cell(row: dict[str, Any]) -> str:
@@ -345,7 +360,7 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], target: Path) -> None:
-    """Changes per minute per engine, one group of bars per max_active_runs."""
+    """Changes per minute per engine (the median of its backfills), one group of bars per max_active_runs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -356,8 +371,7 @@ def plot(rows: list[dict[str, Any]], target: Path) -> None:
     figure, axes = plt.subplots(figsize=(8.0, 3.2), dpi=80)
     width = 0.8 / len(kinds)
     for offset, kind in enumerate(kinds):
-        per_level = {r["max_active_runs"]: r["changes_per_minute"] for r in rows if r["engine"] == kind}
-        values = [per_level.get(level, 0) for level in levels]
+        values = [_median_rate(rows, kind, level) or 0 for level in levels]
         axes.bar([i + offset * width for i in range(len(levels))], values, width, label=LABELS[kind])
     axes.set_xticks(
         [i + width * (len(kinds) - 1) / 2 for i in range(len(levels))],

@@ -225,6 +225,7 @@ class IcebergSparkConnectHook(BaseHook):
         later try to :meth:`reattach`; an error it raises is logged, not raised.
         """
         from airflow_iceberg_dml.jobs.runner import log_to
+        from airflow_iceberg_dml.jobs.table_state import metadata_through
 
         run_spec = _job_runner(spec.application)
         # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
@@ -245,7 +246,7 @@ class IcebergSparkConnectHook(BaseHook):
                 except Exception as error:  # noqa: BLE001 - the job is about to run: never lose it over this
                     self.log.warning("Could not record the Spark Connect session for a later try: %s", error)
             self._configure(spark, catalog)
-            with log_to(self.log.info):
+            with log_to(self.log.info), metadata_through(catalog):
                 record = run_spec(spark, spec)
         finally:
             self._session = None

@@ -41,7 +41,7 @@ from airflow_iceberg_dml.jobs.runner import (
     run_job,
     run_main,
 )
-from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.spec import (
     DmlSpec,
     IsolationLevel,
@@ -74,7 +74,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         #: Marks this job's commits: one Spark application (a Connect server) runs many jobs.
         self.job_id = uuid.uuid4().hex
         self.functions = functions(spark)
-        self.state = TableState(spark, spec.catalog, spec.table)
+        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog))
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
         self.target = self._target(self.ref)
