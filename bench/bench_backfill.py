@@ -40,11 +40,10 @@ import statistics
 import tempfile
 import threading
 import time
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, log, markdown_table, write_results
+from bench.common import REPO, log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
 from bench.task_phases import PHASES, failure_lines, task_phases
 
@@ -88,7 +87,7 @@ class CpuUse:
         import psutil
 
         self._psutil = psutil
-        self._engine = psutil.Process(engine_pid) if engine_pid else None
+        self._engine_pid = engine_pid
         self._began = (time.monotonic(), self._machine(), self._engine_cpu())
 
     def _machine(self) -> float:
@@ -97,14 +96,7 @@ class CpuUse:
 
     def _engine_cpu(self) -> float:
         """The server process's CPU time and its live descendants' (the JVM may be a child of it)."""
-        if self._engine is None:
-            return 0.0
-        total = 0.0
-        for process in [self._engine, *self._engine.children(recursive=True)]:
-            with suppress(self._psutil.Error):
-                times = process.cpu_times()
-                total += times.user + times.system
-        return total
+        return process_tree_cpu_seconds(self._engine_pid) if self._engine_pid else 0.0
 
     def stop(self) -> dict[str, float]:
         """Shares of the machine's cores (1.0: every core busy the whole time)."""

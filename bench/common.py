@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -98,6 +99,21 @@ def interleaved(runs: int, sides: Sequence[T]) -> Iterator[tuple[int, T]]:
 
 
 # -- formatting --------------------------------------------------------------------------------------
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of process ``pid`` and its live descendants (a supervised engine's
+    server, and the JVM under it); a process gone meanwhile counts nothing."""
+    import psutil
+
+    total = 0.0
+    with suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for process in [root, *root.children(recursive=True)]:
+            with suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+    return total
 
 
 def format_seconds(seconds: float) -> str:

@@ -1,0 +1,168 @@
+"""One grouped change on a warm engine: its table's metadata read through Spark SQL, or from the file.
+
+A Spark Connect server this benchmark starts, the quickstart's TPC-H ``orders`` (scale factor 0.1,
+partitioned by status and year, merge-on-read), and the job of a backfill's group commit: an UPDATE of
+one day's prices that applies three more days' UPDATEs and four days' DELETEs waiting for their turn
+(one MERGE, one commit), run as the operator runs it over Spark Connect (``DmlJob`` in this process).
+Each round runs it twice, on other days each time, in alternating order:
+
+- **Spark SQL**: the table's refs, snapshots and properties read through Iceberg's metadata tables and
+  ``SHOW TBLPROPERTIES``, as spark-submit's driver reads them;
+- **metadata file**: read through the worker's pyiceberg catalog (``metadata_through``, as the Connect
+  hook offers it to every job it runs).
+
+Reported: the median job time and the server's CPU time per job (its process and the JVM under it),
+each way, and the file's against Spark SQL's, measured in the same run.
+
+``python -m bench group_job [--quick] [--rounds 6]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import statistics
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.common import log, markdown_table, process_tree_cpu_seconds, write_results
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml.catalog_config import CatalogConfig
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+TABLE = "bench.group_job_orders"
+FIRST_DAY = dt.date(1995, 1, 1)
+SET = {"o_totalprice": "CAST(round(o_totalprice * CAST(:rate AS DECIMAL(4, 2)), 2) AS DECIMAL(15, 2))"}
+WAYS = ("spark", "file")
+LABELS = {"spark": "Spark SQL", "file": "metadata file"}
+
+
+def _group_spec(first: dt.date) -> Any:
+    """The leader's UPDATE of ``first`` with UPDATEs of the next three days and DELETEs of the next four."""
+    from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey
+
+    def key(task: str, day: dt.date) -> RunKey:
+        return RunKey("bench_group_job", task, f"bench__{day.isoformat()}", -1)
+
+    def day_is(day: dt.date) -> str:
+        return f"o_orderdate = CAST('{day.isoformat()}' AS DATE)"
+
+    days = [first + dt.timedelta(days=n) for n in range(1, 5)]
+    rate = SET["o_totalprice"].replace(":rate", "'0.92'")
+    updates = tuple(
+        GroupMember(key("restate", day), day_is(day), JobKind.UPDATE, {"o_totalprice": rate})
+        for day in days[:3]
+    )
+    deletes = tuple(
+        GroupMember(key("remove", day), f"{day_is(day)} AND o_clerk <= 'Clerk#000000200'", JobKind.DELETE)
+        for day in days
+    )
+    lead = key("restate", first)
+    return DmlSpec(
+        kind=JobKind.UPDATE,
+        catalog="iceberg_default",
+        table=TABLE,
+        where="o_orderdate = CAST(:day AS DATE)",
+        assignments=SET,
+        parameters={"rate": "0.92", "day": first.isoformat()},
+        run_key=lead,
+        snapshot_properties=lead.summary_properties(try_number=1),
+        group=updates + deletes,
+    )
+
+
+def _job(
+    spark: SparkSession,
+    hook: IcebergCatalogHook,
+    first: dt.date,
+    config: CatalogConfig | None,
+    engine_pid: int,
+) -> tuple[float, float]:
+    """Seconds and server CPU seconds of one grouped job; ``config``: read metadata through its catalog.
+    Raises unless the job committed all eight changes in one snapshot."""
+    from airflow_iceberg_dml.jobs.dml import DmlJob
+    from airflow_iceberg_dml.jobs.runner import log_to
+    from airflow_iceberg_dml.jobs.table_state import metadata_through
+    from airflow_iceberg_dml.spec import SummaryKey
+    from airflow_iceberg_dml.specs.common import group_entries
+
+    spec = _group_spec(first)
+    cpu = process_tree_cpu_seconds(engine_pid)
+    started = time.perf_counter()
+    with log_to(lambda _: None), metadata_through(config) if config else nullcontext():
+        record = DmlJob(spark, spec).run()
+    seconds, server = time.perf_counter() - started, process_tree_cpu_seconds(engine_pid) - cpu
+    snapshot = hook.load_table(TABLE).snapshot_by_id(record.snapshot_id or -1)
+    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    if SummaryKey.GROUP not in summary or len(group_entries(summary)) != 1 + len(spec.group):
+        raise RuntimeError(f"the grouped job on {first} did not commit its group in one snapshot: {record}")
+    return seconds, server
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench group_job")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=6)
+    args, _ = parser.parse_known_args(argv)
+    rounds = 2 if args.quick else args.rounds
+    scale = "0.1"  # at 0.01 a day has a handful of orders: a waiting day may match no row, and be left out
+
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml import engine
+    from airflow_iceberg_dml.demo import create_orders_table
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from bench.deployment import free_port
+
+    # PySpark logs each analysis error as a page of JSON; the job's constant-predicate probe makes one.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    hook = IcebergCatalogHook("iceberg_default")
+    create_orders_table(hook.catalog, TABLE, scale)
+    home = Path(tempfile.mkdtemp(prefix="bench-group-job-"))
+    state = engine.start(home=home, port=free_port(), catalog=hook.catalog_config)
+    measured: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
+    try:
+        engine_pid = engine.server_pid(state, home)
+        spark = SparkSession.builder.remote(state.url).getOrCreate()
+        try:
+            day = FIRST_DAY
+            _job(spark, hook, day, None, engine_pid)  # warm-up, not counted
+            for round_number in range(rounds):
+                for way in WAYS if round_number % 2 == 0 else WAYS[::-1]:
+                    day += dt.timedelta(days=5)
+                    config = hook.catalog_config if way == "file" else None
+                    measured[way].append(_job(spark, hook, day, config, engine_pid))
+                    log(f"group job, {LABELS[way]}: {measured[way][-1][0]:.2f} s")
+        finally:
+            spark.stop()  # before the server: a client left open waits for it
+    finally:
+        engine.stop(home)
+        hook.catalog.purge_table(TABLE)
+    result = {
+        way: {
+            "job_s": statistics.median(seconds for seconds, _ in runs),
+            "server_cpu_s": statistics.median(cpu for _, cpu in runs),
+            "jobs": len(runs),
+        }
+        for way, runs in measured.items()
+    }
+    ratios = {key: result["file"][key] / result["spark"][key] for key in ("job_s", "server_cpu_s")}
+    payload = {"scale_factor": scale, "ways": result, "file_vs_spark": ratios}
+    write_results("group_job", payload, quick=args.quick)
+    print(
+        markdown_table(
+            ["table metadata read through", "job (median)", "server CPU per job (median)"],
+            [
+                [LABELS[way], f"{result[way]['job_s']:.2f} s", f"{result[way]['server_cpu_s']:.2f} s"]
+                for way in WAYS
+            ]
+            + [["file / Spark SQL", f"{ratios['job_s']:.2f}x", f"{ratios['server_cpu_s']:.2f}x"]],
+        )
+    )
