@@ -1,7 +1,7 @@
 """What a job reads of its table through the worker's catalog (pyiceberg, the metadata file) is what it
 reads through Spark SQL (jobs/table_state.py): refs, every snapshot with its parent, operation and
-summary, the properties the jobs decide on. Then a DML job in the worker asks Spark for none of those,
-and its change is checked against pyarrow over the table as it was.
+summary, the properties the jobs decide on. Then a DML job and a MERGE in the worker ask Spark for none
+of those, and their changes are checked against pyarrow over the table as it was, and SQLite.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundErr
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.jobs.runner import log_to
 from airflow_iceberg_dml.jobs.table_state import TableState, metadata_through, worker_catalog
-from airflow_iceberg_dml.spec import JobKind, Outcome, RunKey
+from airflow_iceberg_dml.spec import JobKind, MergeSource, Outcome, RunKey
 from tests.conftest import CATALOG, create_orders_table, dml_spec, load, new_table_name
+from tests.test_merge import SOURCE_ROWS, TARGET_ROWS, make_tables, merge, reference, table_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -150,3 +151,18 @@ def test_a_job_in_the_worker_reads_its_table_without_asking_spark(spark, catalog
     statements.clear()
     DmlJob(spark, dml_spec(name, "customer_id = 8", RunKey("restate", "double", "r2", -1))).run()
     assert any(_reads_metadata(statement) for statement in statements)
+
+
+def test_a_merge_in_the_worker_reads_its_tables_without_asking_spark(spark, catalog_hook, statements) -> None:
+    target, source = make_tables(spark)
+    expected_counts, expected_rows = reference(TARGET_ROWS, SOURCE_ROWS)
+    statements.clear()
+
+    with metadata_through(catalog_hook.catalog_config):
+        record = merge(spark, target, MergeSource(table=source))
+
+    assert record.outcome is Outcome.COMMITTED, record
+    assert [statement for statement in statements if _reads_metadata(statement)] == []
+    assert [clause["rows"] for clause in record.details["clauses"]] == expected_counts
+    assert table_rows(catalog_hook, target) == expected_rows
+    assert record.details["source_snapshot_id"] == load(catalog_hook, source).current_snapshot().snapshot_id

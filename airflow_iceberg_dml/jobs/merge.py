@@ -42,7 +42,7 @@ from airflow_iceberg_dml.jobs.runner import (
     run_job,
     run_main,
 )
-from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.spec import JobRecord, Outcome, Plan, SummaryKey
 from airflow_iceberg_dml.specs.merge import MergeClause, MergeSpec
 
@@ -60,7 +60,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         self.spec = spec
         self.app_id = application_id(spark)
         self.job_id = uuid.uuid4().hex
-        self.state = TableState(spark, spec.catalog, spec.table)
+        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog))
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
         self.target = self._target(self.ref)
@@ -127,7 +127,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         """Read one snapshot of a source table, for the counts and the MERGE alike."""
         if self.source_identifier is None or self.source_snapshot_id is not None:
             return
-        source = TableState(self.spark, self.spec.catalog, self.spec.source.table or "")
+        catalog = self.spec.catalog
+        source = TableState(self.spark, catalog, self.spec.source.table or "", worker_catalog(catalog))
         source.refresh()
         self.source_snapshot_id = source.head()
         log(f"Source {self.spec.source.table} read at snapshot {self.source_snapshot_id}")
