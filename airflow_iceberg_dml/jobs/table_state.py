@@ -2,12 +2,14 @@
 
 Through Spark SQL: Iceberg's metadata tables (``<table>.refs``, ``<table>.snapshots``) and ``SHOW
 TBLPROPERTIES`` are public SQL, the same calls in a classic Spark driver and over Spark Connect. Each
-costs the engine a Spark job (0.1-0.2 s of a warm server's time). A job that runs in the Airflow
-worker, as every job over Spark Connect does, can read refs, snapshots and properties from the table's
-metadata file instead, through the connection's pyiceberg catalog (a millisecond, and no work for the
-engine): the Connect hook offers that catalog for the job's duration (:func:`metadata_through`), and
-a job takes it with :func:`worker_catalog`. That view is read when the job refreshes, before Spark
-refreshes its own, so that Spark knows every snapshot it names.
+costs the engine a Spark job. A job that runs in the Airflow worker, as every job over Spark Connect
+does, can read refs, snapshots and properties from the table's metadata file instead, through the
+connection's pyiceberg catalog (one read in the worker, no work for the engine;
+``bench/bench_group_job.py``): the Connect hook offers that catalog for the job's duration
+(:func:`metadata_through`), and a job takes it with :func:`worker_catalog`. That view is read when
+the job refreshes, before Spark refreshes its own, so that Spark knows every snapshot it names. A
+property set through Spark is seen after the next refresh (the jobs set one, then read no property
+before they refresh).
 """
 
 from __future__ import annotations
