@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
+    from pyiceberg.catalog import Catalog
+
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
@@ -171,6 +173,12 @@ class CatalogConfig:
     def pyiceberg_properties(self) -> dict[str, str]:
         """Properties for ``pyiceberg.catalog.load_catalog(name, **properties)``."""
         return {key: value for key, value in self.properties.items() if key != "io-impl"}
+
+    def pyiceberg_catalog(self) -> Catalog:
+        """A new pyiceberg catalog client for this catalog."""
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(self.name, **self.pyiceberg_properties())
 
     def spark_properties(self) -> dict[str, str]:
         """``spark.sql.catalog.<name>.*`` for Iceberg's SparkCatalog, secrets included: keep off argv."""

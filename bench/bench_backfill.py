@@ -22,7 +22,7 @@ over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs).
 Each backfill gets a fresh deployment, metadata database and table. Runs of one configuration spread by
-a fifth on this machine: ``--repeat N`` runs each N times, and the ratios and the plot use the medians.
+up to a third on this machine: ``--repeat N`` runs each N times, and the ratios and the plot use the medians.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
 [--repeat 1]``

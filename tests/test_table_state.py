@@ -93,7 +93,7 @@ def test_a_refresh_reads_the_file_again(spark, catalog_hook) -> None:
     through_file.refresh()
     head = through_file.head()
     assert head != before
-    assert through_file.history().back_from(head).__next__().parent_id == before
+    assert next(through_file.history().back_from(head)).parent_id == before
 
 
 def test_the_worker_catalog_is_the_offered_one_of_that_name(catalog_hook) -> None:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk.exceptions import AirflowNotFoundException
-from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.table.snapshots import ancestors_between_ids, ancestors_of
 
@@ -93,7 +92,7 @@ class IcebergCatalogHook(IcebergHook):
     @cached_property
     def catalog(self) -> Catalog:
         """The pyiceberg catalog, named as :attr:`catalog_config` says."""
-        return load_catalog(self.catalog_config.name, **self.catalog_config.pyiceberg_properties())
+        return self.catalog_config.pyiceberg_catalog()
 
     def spark_properties(self) -> dict[str, str]:
         """Spark configuration for this catalog (``spark.sql.catalog.<name>.*``)."""

@@ -60,10 +60,8 @@ def worker_catalog(name: str) -> Catalog | None:
         return None
     key = json.dumps([config.name, dict(config.properties)], sort_keys=True)
     if key not in _clients:
-        from pyiceberg.catalog import load_catalog
-
         try:
-            _clients[key] = load_catalog(config.name, **config.pyiceberg_properties())
+            _clients[key] = config.pyiceberg_catalog()
         except Exception as error:  # noqa: BLE001 - Spark SQL reads the same metadata, only slower
             log(f"Reading the table's metadata through Spark: catalog {name!r} ({error_message(error)}).")
             return None
