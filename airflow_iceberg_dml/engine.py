@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_iceberg_dml import engine_supervisor, runtime, sql
+from airflow_iceberg_dml import engine_supervisor, runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
-from airflow_iceberg_dml.hooks.spark_connect import connect_session
+from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS, warm_up
 from airflow_iceberg_dml.hooks.spark_submit import (
     job_environment,
     properties_file_text,
@@ -198,6 +198,7 @@ def start(
     catalog: CatalogConfig | None = None,
     conf: Mapping[str, str] | None = None,
     warm: bool = True,
+    warm_rounds: int = WARM_ROUNDS,
     timeout_s: float = 300.0,
     supervise: bool = True,
 ) -> EngineState:
@@ -205,8 +206,9 @@ def start(
 
     ``catalog`` defaults to the embedded one under ``home``; ``warm`` runs a catalog query and a small
     DELETE and UPDATE on a scratch table first, so that the first task does not pay for loading
-    Iceberg's classes. ``supervise`` runs the server under :mod:`.engine_supervisor`, which starts it
-    again when it dies.
+    Iceberg's classes, then ``warm_rounds`` rounds of a grouped change's statements, so that the first
+    changes do not run while the JVM compiles their code (:mod:`.engine_warmup`). ``supervise`` runs the
+    server under :mod:`.engine_supervisor`, which starts it again when it dies.
     """
     folder = engine_dir(home)
     running = read_state(folder)
@@ -236,7 +238,7 @@ def start(
     _wait_until_listening(process, host, port, timeout_s, log_path)
     (folder / _STATE_FILE).write_text(json.dumps(asdict(state)))
     if warm:
-        warm_up(state, folder)
+        warm_up(state, folder, warm_rounds)
     return state
 
 
@@ -263,29 +265,6 @@ def live_sessions(state: EngineState) -> tuple[int, int] | None:
         return None
     found = re.search(r"(\d+)\s*session\(s\) are online,\s*running\s*(\d+)", text)
     return (int(found.group(1)), int(found.group(2))) if found else None
-
-
-def warm_up(state: EngineState, folder: Path) -> None:
-    """Open the catalog and run one small DELETE and UPDATE on a scratch table of the engine's own.
-
-    The first row-level change a server runs pays for loading Iceberg's read, write and delete code
-    and for Spark's code generation (seconds); paying it here keeps it out of the first task. The
-    scratch table lives in a catalog registered for this session only, under the engine's folder.
-    """
-    scratch = "iceberg_dml_warmup"
-    # No retries: a retried request of a warm-up whose server died would open its session on the server
-    # the supervisor starts next, where nothing releases it. A failed warm-up only loses a head start.
-    with connect_session(state.url, unreachable_s=0) as spark:
-        spark.sql(sql.show_namespaces(state.catalog)).collect()
-        spark.conf.set(f"spark.sql.catalog.{scratch}", "org.apache.iceberg.spark.SparkCatalog")
-        spark.conf.set(f"spark.sql.catalog.{scratch}.type", "hadoop")
-        spark.conf.set(f"spark.sql.catalog.{scratch}.warehouse", (folder / "warmup").as_uri())
-        table = f"{scratch}.w.t"
-        for statement in sql.warmup_setup(table):
-            spark.sql(statement)
-        spark.range(1000).selectExpr("id", "CAST(id AS STRING) AS v").writeTo(table).append()
-        for statement in sql.warmup_changes(table):
-            spark.sql(statement).collect()
 
 
 def stop(home: Path | None = None, timeout_s: float = 30.0) -> EngineState | None:
@@ -352,7 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["start", "status", "stop"])
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--host", default=DEFAULT_HOST)
-    parser.add_argument("--no-warm", action="store_true", help="do not run the warm-up query after start")
+    parser.add_argument("--no-warm", action="store_true", help="do not warm the server up after start")
+    parser.add_argument(
+        "--warm-rounds",
+        type=int,
+        default=WARM_ROUNDS,
+        metavar="N",
+        help=f"rounds of a grouped change's statements the warm-up runs (default {WARM_ROUNDS}; 0: load the "
+        "classes only)",
+    )
     parser.add_argument(
         "--no-supervise", action="store_true", help="run the server alone: nothing restarts it if it dies"
     )
@@ -364,7 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         conf = dict(item.split("=", 1) for item in args.conf)
         started = time.monotonic()
         state = start(
-            host=args.host, port=args.port, conf=conf, warm=not args.no_warm, supervise=not args.no_supervise
+            host=args.host,
+            port=args.port,
+            conf=conf,
+            warm=not args.no_warm,
+            warm_rounds=args.warm_rounds,
+            supervise=not args.no_supervise,
         )
         print(f"Ready in {time.monotonic() - started:.1f}s.")
         print(describe(state)[1])

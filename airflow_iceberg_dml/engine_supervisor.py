@@ -6,7 +6,8 @@ When the server exits while nobody asked it to stop (killed, out of memory, cras
 starts it again on the same port after a second; a server that exits before it accepts connections
 (a bad setting, the port taken) is started again after a pause that doubles (up to a minute), and
 after ``MAX_FAILED_STARTS`` such starts in a row the supervisor gives up. After a restart it runs the
-warm-up, so that the next task does not pay for loading Iceberg's classes. Tasks need nothing: each
+warm-up's first part, so that the next task does not pay for loading Iceberg's classes; not its rounds,
+which would take the CPU from the tasks Airflow retries then (:mod:`.engine_warmup`). Tasks need nothing: each
 job opens a new session (no channel or session is kept between jobs), so the first task after the
 restart simply finds the server again.
 
@@ -144,13 +145,13 @@ class Supervisor:
 
     def _warm(self, pid: int) -> None:
         """Warm the new server up (a failed warm-up only costs the next task the time it would have saved)."""
-        from airflow_iceberg_dml import engine
+        from airflow_iceberg_dml import engine, engine_warmup
 
         state = engine.read_state(self.folder)
         if state is None:
             return
         try:
-            engine.warm_up(state, self.folder)
+            engine_warmup.warm_up(state, self.folder)
             self.say(f"{WARMED} pid {pid}")
         except Exception as error:  # noqa: BLE001 - the server runs; the warm-up was only a head start
             first_line = (str(error).splitlines() or [""])[0][:200]

@@ -45,7 +45,7 @@ WAYS = ("spark", "file")
 LABELS = {"spark": "Spark SQL", "file": "metadata file"}
 
 
-def _group_spec(first: dt.date) -> DmlSpec:
+def group_spec(first: dt.date) -> DmlSpec:
     """The leader's UPDATE of ``first`` with UPDATEs of the next three days and DELETEs of the next four."""
     from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey
 
@@ -79,7 +79,7 @@ def _group_spec(first: dt.date) -> DmlSpec:
     )
 
 
-def _job(
+def grouped_job(
     spark: SparkSession,
     hook: IcebergCatalogHook,
     first: dt.date,
@@ -93,7 +93,7 @@ def _job(
     from airflow_iceberg_dml.jobs.table_state import metadata_through
     from airflow_iceberg_dml.specs.common import group_entries
 
-    spec = _group_spec(first)
+    spec = group_spec(first)
     cpu = process_tree_cpu_seconds(engine_pid)
     started = time.perf_counter()
     with log_to(lambda _: None), metadata_through(config) if config else nullcontext():
@@ -133,12 +133,12 @@ def main(argv: list[str]) -> None:
         spark = SparkSession.builder.remote(state.url).getOrCreate()
         try:
             day = FIRST_DAY
-            _job(spark, hook, day, None, engine_pid)  # warm-up, not counted
+            grouped_job(spark, hook, day, None, engine_pid)  # warm-up, not counted
             for round_number in range(rounds):
                 for way in WAYS if round_number % 2 == 0 else WAYS[::-1]:
                     day += dt.timedelta(days=5)
                     config = hook.catalog_config if way == "file" else None
-                    measured[way].append(_job(spark, hook, day, config, engine_pid))
+                    measured[way].append(grouped_job(spark, hook, day, config, engine_pid))
                     log(f"group job, {LABELS[way]}: {measured[way][-1][0]:.2f} s")
         finally:
             spark.stop()  # before the server: a client left open waits for it

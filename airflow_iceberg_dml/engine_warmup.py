@@ -1,0 +1,83 @@
+"""The engine's warm-up: row-level changes on a scratch table before the first task's.
+
+A server's first row-level change pays for loading Iceberg's read, write and delete code (seconds), and
+its first few dozen run slower than later ones while the JVM compiles the code they run. The warm-up
+pays both before any task waits on the engine: one DELETE and UPDATE (the classes loaded), then
+``rounds`` rounds of the statements a grouped change runs (a count of each predicate's rows at a
+snapshot, a no-match probe, a MERGE of a DELETE and an UPDATE, a DELETE, a refresh). ``python -m bench
+warm_up`` measures what the rounds save the first changes after a start.
+
+The scratch table lives in a catalog registered for the warm-up's session only, a Hadoop catalog under
+the engine's folder, and is dropped with its files at the end: the users' catalog is only listed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.hooks.spark_connect import connect_session
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql.connect.session import SparkSession
+
+    from airflow_iceberg_dml.engine import EngineState
+
+#: Rounds ``engine start`` runs by default (about 1.5 s each on two cores once the classes are loaded).
+WARM_ROUNDS = 8
+SCRATCH_CATALOG = "iceberg_dml_warmup"
+SCRATCH_TABLE = f"{SCRATCH_CATALOG}.w.t"
+#: Rows of the scratch table: enough for the per-row code to be compiled, small enough to write fast.
+SCRATCH_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """What a warm-up did."""
+
+    rounds: int
+    commits: int
+    """Snapshots the scratch table had before it was dropped: its first write, the DELETE and UPDATE,
+    and two per round (the MERGE and the DELETE)."""
+    seconds: float
+
+
+def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
+    """Warm the engine at ``state``: one DELETE and UPDATE, then ``rounds`` rounds (see the module).
+
+    No retries: a retried request of a warm-up whose server died would open
+    its session on the server the supervisor starts next, where nothing releases it. A failed warm-up
+    only loses a head start.
+    """
+    started = time.monotonic()
+    with connect_session(state.url, unreachable_s=0) as spark:
+        spark.sql(sql.show_namespaces(state.catalog)).collect()
+        spark.conf.set(f"spark.sql.catalog.{SCRATCH_CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
+        spark.conf.set(f"spark.sql.catalog.{SCRATCH_CATALOG}.type", "hadoop")
+        spark.conf.set(f"spark.sql.catalog.{SCRATCH_CATALOG}.warehouse", (folder / "warmup").as_uri())
+        for statement in sql.warmup_setup(SCRATCH_TABLE):
+            spark.sql(statement)
+        spark.range(SCRATCH_ROWS).selectExpr("id", "CAST(id AS STRING) AS v").writeTo(SCRATCH_TABLE).append()
+        for statement in sql.warmup_changes(SCRATCH_TABLE):
+            spark.sql(statement).collect()
+        for number in range(rounds):
+            _grouped_change(spark, number)
+        commits = int(spark.sql(f"SELECT count(*) FROM {SCRATCH_TABLE}.snapshots").collect()[0][0])
+        spark.sql(f"DROP TABLE {SCRATCH_TABLE} PURGE").collect()
+    return WarmUp(rounds, commits, time.monotonic() - started)
+
+
+def _grouped_change(spark: SparkSession, number: int) -> None:
+    """The statements of one grouped change (``jobs/dml_group``), each round on other rows."""
+    deletes, updates, absent = (f"id % 97 = {(3 * number + offset) % 97}" for offset in range(3))
+    head = spark.sql(sql.warmup_head_query(SCRATCH_TABLE)).collect()[0][0]
+    at_head = f"{SCRATCH_TABLE} VERSION AS OF {head}"
+    spark.sql(sql.group_count_query(at_head, [deletes, updates], ["delete", "update"])).collect()
+    spark.sql(sql.exists_query(at_head, f"{absent} AND id < 0")).collect()
+    spark.sql(sql.mixed_group_statement(SCRATCH_TABLE, deletes, updates, {"v": "'y'"})).collect()
+    spark.sql(sql.delete_statement(SCRATCH_TABLE, absent)).collect()
+    spark.sql(f"REFRESH TABLE {SCRATCH_TABLE}").collect()

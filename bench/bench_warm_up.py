@@ -1,0 +1,131 @@
+"""The first grouped changes after an engine starts: its warm-up's rounds, or its classes loaded only.
+
+A Spark Connect server started here (``engine.start``), the quickstart's TPC-H ``orders`` (scale factor
+0.1, partitioned by status and year, merge-on-read), and, right after the start, the first grouped jobs
+of a backfill: each an UPDATE of one day's prices that applies three more days' UPDATEs and four days'
+DELETEs waiting for their turn (one MERGE, one commit), run as the operator runs it over Spark Connect
+(``bench_group_job.grouped_job``, metadata read from the file). Two ways of starting, alternated:
+
+- **classes loaded**: ``warm_rounds=0``, the warm-up's DELETE and UPDATE only;
+- **rounds**: the default ``warm_rounds`` (``engine_warmup.WARM_ROUNDS``).
+
+Reported per way, medians over the trials: the start's seconds (until ``start`` returned), the first six
+jobs' and the next six jobs' mean seconds, and the twelve jobs' server CPU seconds; then the twelve
+jobs' time with rounds against with the classes only, measured in the same run.
+
+``python -m bench warm_up [--quick] [--trials 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.bench_group_job import TABLE, grouped_job
+from bench.common import log, markdown_table, write_results
+
+if TYPE_CHECKING:
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+JOBS = 12
+WAYS = ("classes", "rounds")
+LABELS = {"classes": "classes loaded only", "rounds": "warm-up rounds"}
+
+
+def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, Any]:
+    """Start an engine warmed with ``rounds`` rounds, run ``JOBS`` grouped jobs from ``first``, stop it."""
+    from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml import engine
+    from bench.deployment import free_port
+
+    home = Path(tempfile.mkdtemp(prefix="bench-warm-up-"))
+    started = time.perf_counter()
+    state = engine.start(home=home, port=free_port(), catalog=hook.catalog_config, warm_rounds=rounds)
+    start_s = time.perf_counter() - started
+    jobs: list[tuple[float, float]] = []
+    try:
+        pid = engine.server_pid(state, engine.engine_dir(home))
+        spark = SparkSession.builder.remote(state.url).getOrCreate()
+        try:
+            for number in range(JOBS):
+                day = first + dt.timedelta(days=5 * number)
+                jobs.append(grouped_job(spark, hook, day, hook.catalog_config, pid))
+        finally:
+            spark.stop()  # before the server: a client left open waits for it
+    finally:
+        engine.stop(home)
+    half = JOBS // 2
+    return {
+        "start_s": start_s,
+        "first_jobs_s": statistics.mean(seconds for seconds, _ in jobs[:half]),
+        "next_jobs_s": statistics.mean(seconds for seconds, _ in jobs[half:]),
+        "jobs_s": sum(seconds for seconds, _ in jobs),
+        "jobs_server_cpu_s": sum(cpu for _, cpu in jobs),
+    }
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench warm_up")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trials", type=int, default=2)
+    args, _ = parser.parse_known_args(argv)
+    trials = 1 if args.quick else args.trials
+
+    from airflow_iceberg_dml.demo import create_orders_table
+    from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    hook = IcebergCatalogHook("iceberg_default")
+    create_orders_table(hook.catalog, TABLE, "0.1")
+    measured: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
+    first = dt.date(1993, 1, 1)
+    try:
+        for trial in range(trials):
+            for way in WAYS if trial % 2 == 0 else WAYS[::-1]:
+                found = _trial(hook, WARM_ROUNDS if way == "rounds" else 0, first)
+                first += dt.timedelta(days=5 * JOBS + 10)
+                measured[way].append(found)
+                log(f"warm-up, {LABELS[way]}: start {found['start_s']:.1f} s, jobs {found['jobs_s']:.1f} s")
+    finally:
+        hook.catalog.purge_table(TABLE)
+    keys = ("start_s", "first_jobs_s", "next_jobs_s", "jobs_s", "jobs_server_cpu_s")
+    result = {
+        way: {key: statistics.median(t[key] for t in runs) for key in keys} for way, runs in measured.items()
+    }
+    ratios = {key: result["rounds"][key] / result["classes"][key] for key in ("jobs_s", "jobs_server_cpu_s")}
+    payload = {
+        "warm_rounds": WARM_ROUNDS,
+        "jobs": JOBS,
+        "trials": trials,
+        "ways": result,
+        "rounds_vs_classes": ratios,
+    }
+    write_results("warm_up", payload, quick=args.quick)
+    print(
+        markdown_table(
+            [
+                "engine started with",
+                "start",
+                "jobs 1-6 (mean)",
+                "jobs 7-12 (mean)",
+                "12 jobs",
+                "their server CPU",
+            ],
+            [
+                [
+                    LABELS[way] + (f" ({WARM_ROUNDS})" if way == "rounds" else ""),
+                    *(f"{result[way][key]:.2f} s" for key in keys),
+                ]
+                for way in WAYS
+            ]
+            + [["rounds / classes only", "", "", "", *(f"{ratio:.2f}x" for ratio in ratios.values())]],
+        )
+    )
