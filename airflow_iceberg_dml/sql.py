@@ -318,8 +318,3 @@ def warmup_changes(table: str) -> list[str]:
         f"UPDATE {table} SET v = 'x' WHERE id % 100 = 2",
         f"SELECT count(*) FROM {table}.snapshots",
     ]
-
-
-def warmup_head_query(table: str) -> str:
-    """The scratch table's newest snapshot, read through its metadata table as spark-submit's jobs read it."""
-    return f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"

@@ -11,9 +11,11 @@ from tests.conftest import SESSION_TMP
 
 
 def _listing(catalog_hook: Any) -> set[tuple[str, ...]]:
+    """Every namespace and every table of the users' catalog."""
     catalog = catalog_hook.catalog
     namespaces = catalog.list_namespaces()
-    return {tuple(table) for namespace in namespaces for table in catalog.list_tables(namespace)}
+    tables = {tuple(table) for namespace in namespaces for table in catalog.list_tables(namespace)}
+    return tables | {tuple(namespace) for namespace in namespaces}
 
 
 def test_warm_up_rounds_commit_on_a_scratch_table_that_is_dropped_with_its_files(
@@ -24,8 +26,8 @@ def test_warm_up_rounds_commit_on_a_scratch_table_that_is_dropped_with_its_files
 
     done = warm_up(connect_server, folder, rounds=3)
 
-    # Its first write, the DELETE and the UPDATE, then each round's MERGE and DELETE, read from Iceberg's
-    # own snapshots table before the drop.
+    # Its first write, the DELETE and the UPDATE, then each round's MERGE and DELETE: the head's ancestry,
+    # read from Iceberg's refs and snapshots tables before the drop.
     assert (done.rounds, done.commits) == (3, 3 + 2 * 3)
     assert [path for path in (folder / "warmup").rglob("*") if path.is_file()] == []
     assert _listing(catalog_hook) == before
