@@ -86,6 +86,25 @@ def _restated(before: Any) -> dict[int, tuple[Any, ...]]:
     return rows
 
 
+def _error_lines(logs: Path, expected_logs: int) -> list[str]:
+    """The error and critical entries of every task log under ``logs``, and anything PySpark's Spark
+    Connect client logged (it stays off unless SPARK_CONNECT_LOG_LEVEL asks: connect_session.py)."""
+    paths = list(logs.rglob("*.log"))
+    assert len(paths) == expected_logs, paths
+    found = []
+    for path in paths:
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            logger = str(entry.get("logger", ""))
+            if entry.get("level") in ("error", "critical") or logger.startswith("pyspark"):
+                where = f"{path.parent.parent.name} {path.parent.name}"
+                found.append(f"{where}: {logger} {entry.get('event')}"[:300])
+    return found
+
+
 def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry(
     airflow: AirflowDeployment, catalog_hook: Any
 ) -> None:
@@ -125,6 +144,7 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     rows = {row["o_orderkey"]: tuple(row.values()) for row in after.scan().to_arrow().to_pylist()}
     expected = _restated(before)
     assert rows == expected
+    assert _error_lines(airflow.home / "logs" / f"dag_id={DAG_ID}", expected_logs=2 * len(days)) == []
 
     # Each run key committed at most once; exactly once where its change matched rows. A group commit
     # lists the run keys it applied; any other commit carries its own.

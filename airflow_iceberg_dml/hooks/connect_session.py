@@ -3,6 +3,7 @@ keeps retrying a server it cannot reach."""
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 
 #: The environment variable PySpark sets, process-wide, when a Connect session is created.
 _CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+#: PySpark's Spark Connect client logger, and the variable that turns it on (PySpark's own rule).
+_CLIENT_LOGGER, _CLIENT_LOG_LEVEL_ENV = "pyspark.sql.connect.logging", "SPARK_CONNECT_LOG_LEVEL"
 #: How long a job's client keeps retrying a server it cannot reach before the task fails (seconds);
 #: the connection's ``unreachable_timeout`` extra overrides it. PySpark's own default is minutes.
 DEFAULT_UNREACHABLE_TIMEOUT_S = 30.0
@@ -66,6 +69,7 @@ def open_session(url: str) -> SparkSession:
 
     from airflow_iceberg_dml.compat import without_finalizer_close
 
+    quiet_client_log()
     had_mode = os.environ.get(_CONNECT_MODE_ENV)
     try:
         session = ConnectSession.builder.remote(url).create()
@@ -74,6 +78,20 @@ def open_session(url: str) -> SparkSession:
     finally:
         if had_mode is None:
             os.environ.pop(_CONNECT_MODE_ENV, None)
+
+
+def quiet_client_log() -> None:
+    """Keep PySpark's Spark Connect client logger off, as PySpark does, unless SPARK_CONNECT_LOG_LEVEL
+    turns it on.
+
+    Airflow's logging configuration turns every logger that exists back on (``dictConfig`` keeping
+    existing loggers enables them). On, that logger writes every error reply at ERROR, with a copy on
+    stderr, and every ReleaseExecute that reaches the server after the session ended at WARNING: each
+    task's log would show errors, although the jobs expect some (the constant-predicate probe is an
+    analysis error) and report the ones that matter themselves.
+    """
+    if _CLIENT_LOG_LEVEL_ENV not in os.environ:
+        logging.getLogger(_CLIENT_LOGGER).disabled = True
 
 
 @contextmanager
