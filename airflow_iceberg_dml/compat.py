@@ -12,13 +12,15 @@ back, with a warning naming the package, its version and the tested range:
 - the spark-submit pid at start (durable re-attach): not recorded, a retry starts its own job;
 - a remote driver's application id: unknown, the commit is found by run key only;
 - pyiceberg's REST internals (the conditional loadTable of the snapshot sensor): not used at all on an
-  untested pyiceberg, the sensor polls with a plain ``load_table``.
+  untested pyiceberg, the sensor polls with a plain ``load_table``;
+- a Spark Connect session's settings in one request (a commit's summary properties): one per key.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from pyiceberg.catalog.rest import RestCatalog, TableResponse
@@ -235,6 +237,51 @@ def bound_connect_retries(spark: Any, max_retries: int, max_backoff_ms: int) -> 
         return False
     setter([DefaultPolicy(max_retries=max_retries, max_backoff=max_backoff_ms)])
     return True
+
+
+def set_confs(spark: Any, settings: Mapping[str, str]) -> None:
+    """Set ``settings`` in ``spark``'s session: over Spark Connect in one request, else one per key.
+
+    Why private: PySpark's public ``conf.set`` and ``conf.unset`` send a request per key. A commit's
+    summary properties are about ten keys, set before each statement and unset after it while the
+    table's turn is held, so twenty requests to a busy server per job. Spark Connect's config request
+    takes many keys at once; PySpark 4.1's ``RuntimeConf`` sends it from ``_set_all`` (its session
+    builder's). Classic Spark (a local call per key) and an untested PySpark go one key at a time.
+    """
+    set_all = _connect_conf(spark, "_set_all")
+    if set_all is None:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        return
+    set_all(dict(settings), silent=False)
+
+
+def unset_confs(spark: Any, keys: Iterable[str]) -> None:
+    """Unset ``keys`` in ``spark``'s session, in one request over Spark Connect (see :func:`set_confs`).
+
+    Why private: PySpark has no method for it; the request is built from PySpark's own protobuf
+    classes and sent by the conf's client (``RuntimeConf._client``), as ``conf.unset`` sends one key.
+    """
+    keys = list(keys)
+    client = _connect_conf(spark, "_client")
+    if client is None:
+        for key in keys:
+            spark.conf.unset(key)
+        return
+    from pyspark.sql.connect import proto
+
+    operation = proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=keys))
+    for warning in client.config(operation).warnings:
+        warnings.warn(warning, stacklevel=2)
+
+
+def _connect_conf(spark: Any, name: str) -> Any:
+    """``spark.conf.<name>`` of a Spark Connect session; None for a classic session or when moved."""
+    conf = spark.conf
+    if not type(conf).__module__.startswith("pyspark.sql.connect."):
+        return None
+    value = _private(conf, name, PYSPARK_CLIENT, "the session's settings are sent one request per key")
+    return None if value is _MISSING else value
 
 
 def without_finalizer_close(spark: Any) -> None:

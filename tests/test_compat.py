@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import stat
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -37,7 +38,9 @@ def _untested(monkeypatch, dependency: compat.Dependency, version: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "dependency", [compat.SPARK_PROVIDER, compat.PYICEBERG], ids=lambda d: d.distribution
+    "dependency",
+    [compat.SPARK_PROVIDER, compat.PYICEBERG, compat.PYSPARK_CLIENT],
+    ids=lambda d: d.distribution,
 )
 def test_the_installed_versions_are_the_tested_ones(dependency):
     assert dependency.is_tested(), (
@@ -142,3 +145,29 @@ def test_on_an_untested_pyiceberg_the_rest_internals_are_not_used(monkeypatch, c
     caplog.set_level(logging.INFO, logger=compat.__name__)
     assert compat.rest_load_table(object(), "db.t") is None  # type: ignore[arg-type]  # never touched
     assert "pyiceberg 0.13.0 (tested: <0.13,>=0.12)" in caplog.text
+
+
+def test_a_connect_session_whose_batch_names_moved_gets_its_settings_one_request_per_key(caplog):
+    """compat.set_confs and unset_confs: the real session's one request each way is in
+    tests/test_spark_connect.py; here a PySpark whose RuntimeConf lost the private names."""
+
+    class RuntimeConf:
+        def __init__(self) -> None:
+            self.values: dict[str, str] = {}
+
+        def set(self, key: str, value: str) -> None:
+            self.values[key] = value
+
+        def unset(self, key: str) -> None:
+            del self.values[key]
+
+    RuntimeConf.__module__ = "pyspark.sql.connect.conf"
+    spark = SimpleNamespace(conf=RuntimeConf())
+    with caplog.at_level(logging.WARNING, logger=compat.__name__):
+        compat.set_confs(spark, {"a": "1", "b": "2"})
+        assert spark.conf.values == {"a": "1", "b": "2"}
+        compat.unset_confs(spark, ["a", "b"])
+    assert spark.conf.values == {}
+    assert "RuntimeConf._set_all" in caplog.text
+    assert "RuntimeConf._client" in caplog.text
+    assert "one request per key" in caplog.text

@@ -62,9 +62,28 @@ class DmlValidation:
                     f"set: column {column!r} is not in table {spec.table!r} (columns: {sorted(columns)})."
                 )
             self._parse(expression, InvalidExpressionError, f"set[{column!r}]={spec.assignments[column]!r}")
-        self._analyse()
-        if self.assignments:
-            self._analyse(self.assignments)
+        self._analyse_at_once()
+
+    def _analyse_at_once(self) -> None:
+        """Every check of :meth:`_analyse`, for ``where`` and ``set``, in one plan that Spark resolves in
+        one request (the job runs while the table's turn is held: each request to the server counts).
+        When Spark refuses it, the checks one at a time name the expression and the problem."""
+        from pyspark.errors import AnalysisException
+
+        expressions = [self.where, *self.assignments.values()]
+        try:
+            frame = self._deterministic_only(expressions).where(self.functions.expr(self.where))
+            if self.assignments:
+                frame = frame.select(
+                    *[self.functions.expr(text).alias(column) for column, text in self.assignments.items()]
+                )
+            frame.schema  # noqa: B018 - Spark Connect analyses a plan only when asked for its schema
+        except AnalysisException as error:
+            self._analyse()
+            if self.assignments:
+                self._analyse(self.assignments)
+            # Refused together, accepted apart: said as Spark says it.
+            raise InvalidPredicateError(f"where={self.spec.where!r}: {error_message(error)}") from None
 
     def _parse(self, text: str, error: type[IcebergDmlError], what: str) -> None:
         """Spark's own expression parser: exactly one expression, nothing after it (no second statement)."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.exceptions import WriteModeConflictError
-from airflow_iceberg_dml.jobs.runner import log
+from airflow_iceberg_dml.jobs.runner import is_connect, log
 from airflow_iceberg_dml.spec import IsolationLevel, RunKey, WriteMode
 
 if TYPE_CHECKING:
@@ -74,14 +74,24 @@ def commit_summary(spark: SparkSession, properties: Mapping[str, str]) -> Iterat
     """Iceberg adds ``properties`` to the summary of the commits a SQL statement makes meanwhile.
 
     Session-wide settings: unset afterwards so that no later commit of this session inherits them.
+    Over Spark Connect, all of them in one request each way (:func:`~airflow_iceberg_dml.compat.set_confs`).
     """
-    keys = [SNAPSHOT_PROPERTY_CONF + key for key in properties]
-    for key, value in zip(keys, properties.values(), strict=True):
+    settings = {SNAPSHOT_PROPERTY_CONF + key: value for key, value in properties.items()}
+    if is_connect(spark):  # the worker's process: a Spark driver may have pyspark and this package only
+        from airflow_iceberg_dml.compat import set_confs, unset_confs
+
+        set_confs(spark, settings)
+        try:
+            yield
+        finally:
+            unset_confs(spark, settings)
+        return
+    for key, value in settings.items():
         spark.conf.set(key, value)
     try:
         yield
     finally:
-        for key in keys:
+        for key in settings:
             spark.conf.unset(key)
 
 
