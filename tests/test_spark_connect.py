@@ -610,12 +610,12 @@ def test_a_session_finalized_on_the_shared_release_pool_leaves_that_pool_alone(c
 def test_a_commits_summary_settings_go_to_the_server_in_one_request_each_way(connect_server, monkeypatch):
     """A commit's summary properties (about ten) are set in the session before its statement and unset
     after it, while the table's turn is held: over Spark Connect one request each way
-    (compat.set_confs, compat.unset_confs), not one per key."""
-    from airflow_iceberg_dml.compat import set_confs, unset_confs
+    (row_level.commit_summary through compat.set_confs and compat.unset_confs), not one per key."""
     from airflow_iceberg_dml.hooks.connect_session import open_session
+    from airflow_iceberg_dml.jobs.row_level import SNAPSHOT_PROPERTY_CONF, commit_summary
 
-    prefix = "spark.sql.iceberg.snapshot-property.iceberg-dml-test-"
-    settings = {f"{prefix}{n}": f"value {n}" for n in range(10)}
+    properties = {f"iceberg-dml-test-{n}": f"value {n}" for n in range(10)}
+    settings = {SNAPSHOT_PROPERTY_CONF + key: value for key, value in properties.items()}
     session = open_session(connect_server.url)
     try:
         requests: list[Any] = []
@@ -623,11 +623,10 @@ def test_a_commits_summary_settings_go_to_the_server_in_one_request_each_way(con
         monkeypatch.setattr(
             session.client, "config", lambda operation: requests.append(operation) or send(operation)
         )
-        set_confs(session, settings)
-        assert len(requests) == 1
-        assert {key: session.conf.get(key) for key in settings} == settings
-        requests.clear()
-        unset_confs(session, settings)
+        with commit_summary(session, properties):
+            assert len(requests) == 1
+            assert {key: session.conf.get(key) for key in settings} == settings
+            requests.clear()
         assert len(requests) == 1
         assert [key for key in settings if session.conf.get(key, None) is not None] == []
     finally:

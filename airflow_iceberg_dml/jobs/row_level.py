@@ -13,7 +13,7 @@ from airflow_iceberg_dml.jobs.runner import is_connect, log
 from airflow_iceberg_dml.spec import IsolationLevel, RunKey, WriteMode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from pyspark.sql import SparkSession
 
@@ -77,22 +77,34 @@ def commit_summary(spark: SparkSession, properties: Mapping[str, str]) -> Iterat
     Over Spark Connect, all of them in one request each way (:func:`~airflow_iceberg_dml.compat.set_confs`).
     """
     settings = {SNAPSHOT_PROPERTY_CONF + key: value for key, value in properties.items()}
-    if is_connect(spark):  # the worker's process: a Spark driver may have pyspark and this package only
-        from airflow_iceberg_dml.compat import set_confs, unset_confs
-
-        set_confs(spark, settings)
-        try:
-            yield
-        finally:
-            unset_confs(spark, settings)
-        return
-    for key, value in settings.items():
-        spark.conf.set(key, value)
+    set_all, unset_all = _conf_setters(spark)
+    set_all(spark, settings)
     try:
         yield
     finally:
-        for key in settings:
-            spark.conf.unset(key)
+        unset_all(spark, settings)
+
+
+def _conf_setters(spark: SparkSession) -> tuple[Callable[..., None], Callable[..., None]]:
+    """How to set and unset session settings: for a Spark Connect session compat's ``set_confs`` and
+    ``unset_confs`` (one request each); on classic Spark, where a setting is a local call, one per key.
+    compat is imported for Spark Connect only (the worker's process): a spark-submit driver may have
+    pyspark and this package only, not compat's own dependencies."""
+    if is_connect(spark):
+        from airflow_iceberg_dml.compat import set_confs, unset_confs
+
+        return set_confs, unset_confs
+    return _set_each, _unset_each
+
+
+def _set_each(spark: SparkSession, settings: Mapping[str, str]) -> None:
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+
+
+def _unset_each(spark: SparkSession, keys: Iterable[str]) -> None:
+    for key in keys:
+        spark.conf.unset(key)
 
 
 def find_own_commit(
