@@ -212,10 +212,25 @@ def test_a_catalog_the_server_does_not_define_is_registered_for_the_session_only
     spec = operator.build_spec(
         task_context(RunKey("cat", "erase", "manual__1", -1)), hook.load_table("tests.session_cat")
     )
+    from pyspark.sql.connect.client.core import SparkConnectClient
+
+    sets: list[list[str]] = []
+    send = SparkConnectClient.config
+
+    def recording(client: Any, operation: Any) -> Any:
+        if operation.HasField("set"):
+            sets.append([pair.key for pair in operation.set.pairs])
+        return send(client, operation)
+
+    monkeypatch.setattr(SparkConnectClient, "config", recording)
     record = IcebergSparkConnectHook(SPARK_CONN_ID).submit(spec, hook.catalog_config, "session-catalog")
     output = "".join(capfd.readouterr())
 
     assert record.outcome is Outcome.COMMITTED
+    # Every property of the catalog in one request (not one per key).
+    catalog_sets = [keys for keys in sets if "spark.sql.catalog.iceberg_session" in keys]
+    assert catalog_sets == [list(hook.catalog_config.spark_properties())]
+    assert len(catalog_sets[0]) > 3
     assert hook.load_table("tests.session_cat").scan().to_arrow().num_rows == 50
     assert "registered for this session" in output
     assert secret not in output

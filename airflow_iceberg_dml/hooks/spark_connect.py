@@ -28,7 +28,7 @@ from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
-from airflow_iceberg_dml.compat import bound_connect_retries
+from airflow_iceberg_dml.compat import bound_connect_retries, set_confs
 from airflow_iceberg_dml.conflicts import engine_unreachable
 from airflow_iceberg_dml.exceptions import (
     SparkConnectServerError,
@@ -191,7 +191,9 @@ class IcebergSparkConnectHook(BaseHook):
             )
 
     def _configure(self, spark: SparkSession, catalog: CatalogConfig) -> None:
-        """Use the server's catalog of this name, else register the connection's for this session."""
+        """Use the server's catalog of this name, else register the connection's for this session; then
+        the task's ``spark_conf``. Each in one request (a catalog has a dozen properties, and every job
+        opens a session of its own)."""
         key = f"spark.sql.catalog.{catalog.name}"
         if spark.conf.get(key, None):
             self.log.info("Catalog %r: the one the Spark Connect server defines.", catalog.name)
@@ -199,16 +201,21 @@ class IcebergSparkConnectHook(BaseHook):
             self.log.info(
                 "Catalog %r: registered for this session from the catalog connection.", catalog.name
             )
-            for name, value in catalog.spark_properties().items():
-                spark.conf.set(name, value)
-        for name, value in self.spark_conf.items():
-            try:
-                spark.conf.set(name, value)
-            except Exception as error:  # noqa: BLE001 - named with the setting, never retried
-                raise SparkConnectServerError(
-                    f"spark_conf {name!r} cannot be set in a Spark Connect session ({str(error)[:200]}); "
-                    "set it when the server starts."
-                ) from None
+            set_confs(spark, catalog.spark_properties())
+        if not self.spark_conf:
+            return
+        try:
+            set_confs(spark, self.spark_conf)
+        except Exception:  # one key at a time, to name the one refused
+            for name, value in self.spark_conf.items():
+                try:
+                    spark.conf.set(name, value)
+                except Exception as error:  # noqa: BLE001 - named with the setting, never retried
+                    raise SparkConnectServerError(
+                        f"spark_conf {name!r} cannot be set in a Spark Connect session "
+                        f"({str(error)[:200]}); set it when the server starts."
+                    ) from None
+            raise
 
     # -- running a job ------------------------------------------------------------------------------
 
