@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, log, markdown_table, process_tree_cpu_seconds, write_results
+from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
 from bench.task_phases import PHASES, failure_lines, task_phases
 
@@ -175,7 +175,7 @@ def _one(
         path.read_text(errors="replace").count("Commit conflict")
         for path in (home / "airflow" / "logs").rglob("*.log")
     )
-    commits = _commits(catalog.load_table(table), dag_id) if engine_kind != "noop" else []
+    commits = commit_sizes(catalog.load_table(table), dag_id) if engine_kind != "noop" else []
     phases = task_phases(home / "airflow" / "logs", dag_id, instances) if engine_kind == "connect" else None
     if engine_kind != "noop":
         catalog.purge_table(table)
@@ -206,15 +206,6 @@ def _one(
         "failure_lines": failures,
         **cpu_use,
     }
-
-
-def _commits(table: Any, dag_id: str) -> list[int]:
-    """How many changes each commit of the backfill applied (more than one: a group commit)."""
-    from airflow_iceberg_dml.spec import SummaryKey
-    from airflow_iceberg_dml.specs.common import group_entries
-
-    summaries = [s.summary.additional_properties for s in table.metadata.snapshots if s.summary]
-    return [max(len(group_entries(s)), 1) for s in summaries if s.get(SummaryKey.DAG_ID) == dag_id]
 
 
 def main(argv: list[str]) -> None:

@@ -7,14 +7,19 @@ runs the way the operator runs it (``BaseIcebergSparkJobOperator``: the table's 
 ``one_writer_per_table``, then the job through the Spark Connect hook), one thread per writer, all
 over one Spark Connect server this benchmark starts:
 
-- **turns** (the default): the writers take turns on the table (``table_lock.py``);
 - **racing** (``one_writer_per_table=False``, the baseline): they all plan at once and Iceberg's
-  validation makes all but one commit re-plan, up to ``conflict_retries`` (default 2) times.
+  validation makes all but one commit re-plan, up to ``conflict_retries`` (default 2) times;
+- **turns** (``group_commit=False``): the writers take turns on the table (``table_lock.py``), each
+  change a commit of its own;
+- **group commit** (the defaults): each writer is a DELETE or UPDATE operator run as a task runs it
+  (``execute``), so that while it waits its change is on offer and the writer whose turn it is applies
+  the waiting ones with its own, in one commit (``group_commit.py``).
 
 Reported for N = 8, 16 and 32: changes that succeeded on their first try (an Airflow task try),
-changes that failed (an Airflow retry would have been needed), commit conflicts re-planned, wall time
-until the last change ended, and changes per minute (its ratio to racing's, same run). Each (N, mode)
-starts from a freshly created table.
+changes that failed (an Airflow retry would have been needed), commit conflicts re-planned (the jobs'
+records say), the commits on the table and the most changes one of them applied, wall
+time until the last change ended, and changes per minute (its ratio to racing's, same run). Each
+(N, mode) starts from a freshly created table.
 
 ``python -m bench writers [--quick] [--writers 8,16,32] [--scale-factor 0.1]``
 """
@@ -29,13 +34,19 @@ import socket
 import tempfile
 import threading
 import time
+from collections import defaultdict
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
-from bench.common import format_seconds, log, markdown_table, write_results
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
-MODES = ("racing", "turns")
+from bench.common import commit_sizes, format_seconds, log, markdown_table, write_results
+
+MODES = ("racing", "turns", "group commit")
 
 
 def _specs(hook: Any, table_name: str, writers: int) -> list[Any]:
@@ -66,7 +77,48 @@ def _specs(hook: Any, table_name: str, writers: int) -> list[Any]:
     return specs
 
 
-def _race(hook: Any, conn_id: str, table_name: str, writers: int, turns: bool) -> dict[str, Any]:
+def _operator(spec: Any, conn_id: str) -> Any:
+    """The DELETE or UPDATE operator of ``spec``, with the package's defaults (group commit)."""
+    from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+    from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
+    from airflow_iceberg_dml.spec import JobKind
+
+    common = {"task_id": spec.run_key.task_id, "table": spec.table, "where": spec.where}
+    if spec.kind is JobKind.DELETE:
+        return IcebergDeleteOperator(spark_conn_id=conn_id, **common)
+    return IcebergUpdateOperator(spark_conn_id=conn_id, set=dict(spec.assignments), **common)
+
+
+def _task_context(spec: Any) -> dict[str, Any]:
+    """What ``execute`` reads of a task's context: the task instance, and somewhere to emit asset events."""
+    key = spec.run_key
+    ti = SimpleNamespace(
+        dag_id=key.dag_id, task_id=key.task_id, run_id=key.run_id, map_index=key.map_index, try_number=1
+    )
+    return {"ti": ti, "outlet_events": defaultdict(lambda: SimpleNamespace(add=lambda *_, **__: None))}
+
+
+@contextmanager
+def _replans_of_every_job(replans: list[int]) -> Iterator[None]:
+    """Collect the commit conflicts each Spark Connect job re-planned (its record says), whoever submits
+    it: the benchmark itself, or an operator's ``execute``."""
+    from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+
+    submit = IcebergSparkConnectHook.submit
+
+    def recording(hook: Any, *args: Any, **kwargs: Any) -> Any:
+        record = submit(hook, *args, **kwargs)
+        replans.append(int(record.details.get("conflicts_replanned", 0)))
+        return record
+
+    IcebergSparkConnectHook.submit = recording  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        IcebergSparkConnectHook.submit = submit  # type: ignore[method-assign]
+
+
+def _race(hook: Any, conn_id: str, table_name: str, writers: int, mode: str) -> dict[str, Any]:
     """N writers at once; what each one's first try gave."""
     from airflow_iceberg_dml.exceptions import ConcurrentCommitError
     from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
@@ -84,13 +136,14 @@ def _race(hook: Any, conn_id: str, table_name: str, writers: int, turns: bool) -
         began = time.monotonic()
         submit = partial(IcebergSparkConnectHook(conn_id).submit, spec, hook.catalog_config, "bench-writers")
         try:
-            if turns:
+            if mode == "group commit":
+                _operator(spec, conn_id).execute(_task_context(spec))
+            elif mode == "turns":
                 with table_turn(path, spec.run_key.run_id, logging.getLogger("bench")):
-                    record = submit()
+                    submit()
             else:
-                record = submit()
+                submit()
             outcomes.append("ok")
-            replans.append(int(record.details.get("conflicts_replanned", 0)) if record else 0)
         except ConcurrentCommitError:  # every re-plan it had conflicted too
             outcomes.append("ConcurrentCommitError")
             replans.append(spec.commit_policy.conflict_retries)
@@ -100,19 +153,23 @@ def _race(hook: Any, conn_id: str, table_name: str, writers: int, turns: bool) -
 
     threads = [threading.Thread(target=writer, args=(spec,)) for spec in specs]
     began = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with _replans_of_every_job(replans):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     wall = time.monotonic() - began
     succeeded = outcomes.count("ok")
+    groups = commit_sizes(hook.load_table(table_name), "bench_writers")
     return {
         "writers": writers,
-        "mode": "turns" if turns else "racing",
+        "mode": mode,
         "first_try_succeeded": succeeded,
         "failed": writers - succeeded,
         "failures": sorted({o for o in outcomes if o != "ok"}),
         "conflicts_replanned": sum(replans),
+        "commits": len(groups),
+        "largest_group": max(groups, default=0),
         "wall_s": wall,
         "changes_per_minute": succeeded / wall * 60,
         "slowest_change_s": max(durations),
@@ -149,9 +206,9 @@ def main(argv: list[str]) -> None:
     try:
         for writers in counts:
             for mode in MODES:
-                table_name = f"bench.writers_{writers}_{mode}"
+                table_name = f"bench.writers_{writers}_{mode.replace(' ', '_')}"
                 create_orders_table(hook.catalog, table_name, scale)
-                result = _race(hook, conn_id, table_name, writers, turns=mode == "turns")
+                result = _race(hook, conn_id, table_name, writers, mode)
                 log(f"{writers} writers, {mode}: {result}")
                 rows.append(result)
                 hook.catalog.purge_table(table_name)
@@ -176,6 +233,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             "first try ok",
             "failed",
             "conflicts re-planned",
+            "commits (largest group)",
             "wall",
             "changes/min",
             "vs racing",
@@ -187,6 +245,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{row['first_try_succeeded']} of {row['writers']}",
                 str(row["failed"]),
                 str(row["conflicts_replanned"]),
+                f"{row['commits']} ({row['largest_group']})",
                 format_seconds(row["wall_s"]),
                 f"{row['changes_per_minute']:.0f}",
                 "n/a" if row.get("throughput_vs_racing") is None else f"{row['throughput_vs_racing']:.2f}x",

@@ -265,3 +265,13 @@ def machine_info() -> dict[str, Any]:
         "airflow_iceberg_dml": _distribution_version("airflow-iceberg-dml"),
         "tpchgen_cli": tpchgen.split()[-1] if tpchgen else "not installed",
     }
+
+
+def commit_sizes(table: Any, dag_id: str) -> list[int]:
+    """How many changes each commit of ``dag_id``'s tasks on ``table`` applied (more than one: a group
+    commit), oldest first."""
+    from airflow_iceberg_dml.spec import SummaryKey
+    from airflow_iceberg_dml.specs.common import group_entries
+
+    summaries = [s.summary.additional_properties for s in table.metadata.snapshots if s.summary]
+    return [max(len(group_entries(s)), 1) for s in summaries if s.get(SummaryKey.DAG_ID) == dag_id]
