@@ -22,7 +22,8 @@ over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs).
 Each backfill gets a fresh deployment, metadata database and table. Runs of one configuration spread by
-up to a third on this machine: ``--repeat N`` runs each N times, and the ratios and the plot use the medians.
+up to a third on this machine: ``--repeat N`` runs each N times, in rounds (every configuration once,
+then again), and the ratios and the plot use the medians.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
 [--repeat 1]``
@@ -234,7 +235,9 @@ def main(argv: list[str]) -> None:
     engine_pid = engine.server_pid(state, engine_home)
     try:
         with postgres_server() as server_uri:
-            for kind, level, repeat in itertools.product(kinds, levels, range(max(1, args.repeat))):
+            # Round by round (every configuration once, then again): a machine that slows down or
+            # speeds up during the run weighs on every configuration alike.
+            for repeat, kind, level in itertools.product(range(max(1, args.repeat)), kinds, levels):
                 row = _one(
                     kind,
                     level,
