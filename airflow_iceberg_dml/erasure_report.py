@@ -10,14 +10,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from airflow_iceberg_dml.jobs.purge import iso_from_ms, pending_erasures
-from airflow_iceberg_dml.result import rows_deleted
+from airflow_iceberg_dml.result import rows_deleted, summary_of
 from airflow_iceberg_dml.spec import SummaryKey, snapshot_id_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from pyiceberg.table import Table
-    from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.spec import ErasureTarget
 
@@ -208,15 +207,11 @@ def erase_numbers(tables: dict[str, TableReport], load_table: Callable[[str], Ta
             snapshot = table.snapshot_by_id(int(snapshot_text))
             if snapshot is None:
                 continue
-            summary = _summary(snapshot)
+            summary = summary_of(snapshot)
             parent = (
                 table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
             )
-            deleted += rows_deleted(summary, _summary(parent) if parent is not None else None)
+            deleted += rows_deleted(summary, summary_of(parent) if parent is not None else None)
             delete_files += int(summary.get(SummaryKey.ADDED_DELETE_FILES) or 0)
         entry["rows_deleted"] = deleted
         entry["delete_files_added"] = delete_files
-
-
-def _summary(snapshot: Snapshot) -> Mapping[str, str]:
-    return snapshot.summary.additional_properties if snapshot.summary else {}

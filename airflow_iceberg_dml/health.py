@@ -37,6 +37,7 @@ from airflow_iceberg_dml.health_report import (
     Retention,
     SnapshotInfo,
 )
+from airflow_iceberg_dml.result import summary_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -158,7 +159,7 @@ def table_health(
     started = time.perf_counter()
     now = now or datetime.now(tz=UTC)
     snapshot = table.current_snapshot()
-    summary = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+    summary = summary_of(snapshot)
     entries, manifests = file_entries(table) if read_manifests else (None, None)
     metadata = table.metadata
     report = assess(

@@ -72,6 +72,11 @@ class DmlResult(TypedDict):
     it needs); None when it could not be read."""
 
 
+def summary_of(snapshot: Snapshot | None) -> Mapping[str, str]:
+    """A snapshot's summary entries (without ``operation``); empty when there is no snapshot or summary."""
+    return snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+
+
 def health_payload(report: HealthReport | None) -> dict[str, Any] | None:
     """A health report as plain JSON values (for XCom), or None."""
     return None if report is None else json.loads(json.dumps(report.to_dict()))
@@ -279,7 +284,7 @@ def _commit_result(
         sequence_number=snapshot.sequence_number,
         timestamp_ms=snapshot.timestamp_ms,
         summary=summary,
-        parent_summary=parent.summary.additional_properties if parent and parent.summary else None,
+        parent_summary=summary_of(parent) if parent is not None else None,
         write_mode=own.write_mode if own is not None else None,
         plan=own.plan.value if own is not None and own.plan else summary.get(SummaryKey.PLAN, ""),
         duration_s=duration_s,
@@ -316,7 +321,7 @@ def merge_result(record: JobRecord | None, *, snapshot: Snapshot | None = None, 
     own = record is not None and record.outcome is not Outcome.REPLAYED
     details = dict(record.details) if record is not None and own else {}
     clauses = details.get("clauses")
-    summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    summary = summary_of(snapshot)
     if not base["noop"] and any(key.startswith(COUNTER_PREFIX) for key in summary):
         by_action = {
             action: sum(_count(summary, COUNTER_PREFIX + key) for key in keys)

@@ -20,10 +20,11 @@ from airflow_iceberg_dml.exceptions import (
     InvalidTableNameError,
     TableNotFoundError,
 )
+from airflow_iceberg_dml.result import summary_of
 from airflow_iceberg_dml.sql import split_table_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
 
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
@@ -168,8 +169,3 @@ class IcebergCatalogHook(IcebergHook):
     ) -> list[Snapshot]:
         """Snapshots on the branch committed by ``run_key`` (any try), newest first (:meth:`find_commits`)."""
         return self.find_commits(table, CommitMarks(run_key=run_key), branch, stop_at)
-
-
-def summary_of(snapshot: Snapshot) -> Mapping[str, str]:
-    """A snapshot's summary entries (without ``operation``); empty when it has no summary."""
-    return snapshot.summary.additional_properties if snapshot.summary else {}

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.group_commit import GroupOffer, claim, group_offer
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
-from airflow_iceberg_dml.result import DmlResult
+from airflow_iceberg_dml.result import DmlResult, summary_of
 from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
 from airflow_iceberg_dml.specs.common import group_entries
 
@@ -102,7 +102,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         earlier = run.catalog_hook.find_run_commits(table, spec.run_key, spec.branch)
         if not earlier:
             return None
-        summary = earlier[0].summary.additional_properties if earlier[0].summary else {}
+        summary = summary_of(earlier[0])
         if grouped:
             self.log.info(
                 "Group commit: snapshot %s applied this change (%s row(s)) with %s other change(s).",

@@ -36,11 +36,8 @@ from airflow_iceberg_dml.erasure_report import (
     purge_status,
     remaining_places,
 )
-from airflow_iceberg_dml.exceptions import (
-    ErasureIncompleteError,
-    InvalidSubjectsError,
-)
-from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook, summary_of
+from airflow_iceberg_dml.exceptions import ErasureIncompleteError, InvalidSubjectsError
+from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.erasure_storage import ErasureStorageHook
 from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
 from airflow_iceberg_dml.operators.base import (
@@ -61,6 +58,7 @@ from airflow_iceberg_dml.operators.erase_input import (
     erasure_targets,
     iso_time,
 )
+from airflow_iceberg_dml.result import summary_of
 from airflow_iceberg_dml.spec import (
     ErasureMode,
     ErasureSpec,

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention, table_health
-from airflow_iceberg_dml.hooks.catalog import summary_of
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,
@@ -23,7 +22,7 @@ from airflow_iceberg_dml.operators.base import (
     commit_properties,
     run_key,
 )
-from airflow_iceberg_dml.result import rewrite_counts
+from airflow_iceberg_dml.result import rewrite_counts, summary_of
 from airflow_iceberg_dml.spec import (
     MAINTENANCE_PROCEDURE_KEY,
     JobRecord,
