@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 #: Where the lock files are; every task on the host must see the same folder.
 LOCK_FOLDER_ENV = "AIRFLOW_ICEBERG_DML_LOCK_FOLDER"
 DEFAULT_LOCK_FOLDER = Path(tempfile.gettempdir()) / "airflow-iceberg-dml-table-locks"
+#: A task that waited at least this long for its turn says how long in its log (a shorter wait is none).
+MIN_WAIT_LOGGED_S = 0.01
 
 
 class Log(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -416,6 +417,34 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     late_turn.offer.withdraw()
     assert isinstance(planned, JobPlan)
     assert planned.spec == late_spec  # its own change, nothing else in it
+
+
+def test_a_task_says_how_long_it_waited_for_the_turn_even_under_a_second(
+    catalog_hook, monkeypatch, tmp_path, capfd
+) -> None:
+    """A task that waited for another's turn says how long in its log, a wait of a fraction of a second
+    too (a backfill's waits are mostly that: each is one commit's job)."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    operator = IcebergDeleteOperator(task_id="delete", table="tests.waits", where="customer_id = 1")
+    run = JobRun(task_context(_key(30)), catalog_hook)
+    path = lock_path(catalog_hook.catalog_config.properties["uri"], "tests.waits")
+    held = threading.Event()
+
+    def task_before() -> None:
+        with table_turn(path, "the task before", logging.getLogger("test")):
+            held.set()
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=task_before)
+    thread.start()
+    assert held.wait(30)
+    with operator._turn(run, JobPlan(_spec("tests.waits", "customer_id = 1"), None), offering=False) as turn:
+        assert turn.held
+    thread.join(30)
+    output = "".join(capfd.readouterr())
+    waited = re.search(r"Waited (\d+\.\d\d) s for the turn on tests\.waits", output)
+    assert waited is not None, output[-2000:]
+    assert 0.2 <= float(waited.group(1)) < 5
 
 
 def test_a_waiting_task_whose_change_a_commit_settled_ends_without_its_turn(

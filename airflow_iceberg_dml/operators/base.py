@@ -51,7 +51,7 @@ from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.spec import RunKey
 from airflow_iceberg_dml.sql import split_table_name
-from airflow_iceberg_dml.table_lock import lock_path, table_turn
+from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path, table_turn
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -294,9 +294,9 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             give_up = turn.offer.settled if turn.offer is not None else None
             with table_turn(path, holder, self.log, give_up=give_up) as waited:
                 turn.held = waited is not None
-                if waited is not None and waited >= 1:
+                if waited is not None and waited >= MIN_WAIT_LOGGED_S:
                     self.log.info(
-                        "Waited %.1f s for the turn on %s (another task was changing it).", waited, self.table
+                        "Waited %.2f s for the turn on %s (another task was changing it).", waited, self.table
                     )
                 yield turn
         finally:
