@@ -136,7 +136,7 @@ def _race(hook: Any, conn_id: str, table_name: str, writers: int, mode: str) -> 
         began = time.monotonic()
         submit = partial(IcebergSparkConnectHook(conn_id).submit, spec, hook.catalog_config, "bench-writers")
         try:
-            if mode == "group commit":
+            if mode == "group commit":  # the operator's own turn, offers and claims
                 _operator(spec, conn_id).execute(_task_context(spec))
             elif mode == "turns":
                 with table_turn(path, spec.run_key.run_id, logging.getLogger("bench")):

@@ -206,16 +206,20 @@ class IcebergSparkConnectHook(BaseHook):
             return
         try:
             set_confs(spark, self.spark_conf)
-        except Exception:  # one key at a time, to name the one refused
-            for name, value in self.spark_conf.items():
-                try:
-                    spark.conf.set(name, value)
-                except Exception as error:  # noqa: BLE001 - named with the setting, never retried
-                    raise SparkConnectServerError(
-                        f"spark_conf {name!r} cannot be set in a Spark Connect session "
-                        f"({str(error)[:200]}); set it when the server starts."
-                    ) from None
+        except Exception:
+            self._name_refused_setting(spark)
             raise
+
+    def _name_refused_setting(self, spark: SparkSession) -> None:
+        """Set ``spark_conf`` one key at a time, to name the one the session refuses (never retried)."""
+        for name, value in self.spark_conf.items():
+            try:
+                spark.conf.set(name, value)
+            except Exception as error:  # noqa: BLE001 - named with the setting, never retried
+                raise SparkConnectServerError(
+                    f"spark_conf {name!r} cannot be set in a Spark Connect session ({str(error)[:200]}); "
+                    "set it when the server starts."
+                ) from None
 
     # -- running a job ------------------------------------------------------------------------------
 
