@@ -223,14 +223,17 @@ def test_a_catalog_the_server_does_not_define_is_registered_for_the_session_only
         return send(client, operation)
 
     monkeypatch.setattr(SparkConnectClient, "config", recording)
-    record = IcebergSparkConnectHook(SPARK_CONN_ID).submit(spec, hook.catalog_config, "session-catalog")
+    spark_conf = {"spark.sql.shuffle.partitions": "3", "spark.sql.session.timeZone": "UTC"}
+    connect_hook = IcebergSparkConnectHook(SPARK_CONN_ID, spark_conf)
+    record = connect_hook.submit(spec, hook.catalog_config, "session-catalog")
     output = "".join(capfd.readouterr())
 
     assert record.outcome is Outcome.COMMITTED
-    # Every property of the catalog in one request (not one per key).
+    # Every property of the catalog in one request (not one per key), the task's spark_conf in another.
     catalog_sets = [keys for keys in sets if "spark.sql.catalog.iceberg_session" in keys]
     assert catalog_sets == [list(hook.catalog_config.spark_properties())]
     assert len(catalog_sets[0]) > 3
+    assert [keys for keys in sets if set(keys) & set(spark_conf)] == [list(spark_conf)]
     assert hook.load_table("tests.session_cat").scan().to_arrow().num_rows == 50
     assert "registered for this session" in output
     assert secret not in output
