@@ -1,4 +1,5 @@
-"""The provider's Airflow plugin: a listener that preloads the tasks' modules in the scheduler.
+"""The provider's Airflow plugin: a listener that preloads the tasks' modules in the scheduler, and that
+holds each of the package's tasks' output open until its process has exited (``task_exit.py``).
 
 Registered under the ``airflow.plugins`` entry point. Airflow loads plugins in every component, so
 this module imports nothing heavy; see :mod:`airflow_iceberg_dml.preload`. Airflow's task SDK (3.3)
@@ -15,7 +16,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_iceberg_dml import preload
+from airflow_iceberg_dml import preload, task_exit
 
 
 @hookimpl
@@ -24,8 +25,18 @@ def on_starting(component: Any) -> None:
     preload.register(component)
 
 
+@hookimpl
+def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
+    """A task starts running, in its own process: if it is one of the package's, start the watcher that
+    lets Airflow's supervisor see its process exit at once."""
+    task = getattr(task_instance, "task", None)
+    if type(task).__module__.startswith("airflow_iceberg_dml.") and task_exit.enabled():
+        task_exit.hold_output_until_exit()
+
+
 class IcebergDmlPlugin(AirflowPlugin):
-    """Preloads the modules the package's tasks import, in a scheduler that forks them."""
+    """Preloads the modules the package's tasks import, in a scheduler that forks them; keeps a task's
+    output open until its process has exited."""
 
     name = "airflow_iceberg_dml"
     # Airflow reads the class attribute, which AirflowPlugin declares as a list.

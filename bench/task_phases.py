@@ -126,3 +126,19 @@ def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> 
         said = " | ".join(lines[-6:]) or "no warning or error line"
         found.append(f"{run_id} {task_id} try {try_number} ({state}): {said}")
     return found
+
+
+_WORKLOAD_FINISHED = re.compile(r"^(\S+Z) .*Workload finished.* workload_id=([0-9a-f-]+)")
+
+
+def slot_hold_after_end(scheduler_log: Path, ends: dict[str, dt.datetime]) -> list[float]:
+    """For each task (``ends``: task instance id to its end date), the seconds from the end the task
+    reported to its supervisor's "Workload finished" (the LocalExecutor's slot free again), from the
+    scheduler's log, where the executor's workers write."""
+    held = []
+    for line in scheduler_log.read_text(errors="replace").splitlines():
+        found = _WORKLOAD_FINISHED.match(line)
+        if found and found.group(2) in ends:
+            finished = dt.datetime.fromisoformat(found.group(1).replace("Z", "+00:00"))
+            held.append((finished - ends[found.group(2)]).total_seconds())
+    return held

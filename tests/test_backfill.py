@@ -30,6 +30,7 @@ from airflow_iceberg_dml.demo import create_orders_table
 from airflow_iceberg_dml.operators.base import table_asset_uri
 from airflow_iceberg_dml.spec import SummaryKey
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
+from bench.task_phases import slot_hold_after_end
 from dags.iceberg_dml_backfill import LAST_TRAINING_CLERK, RATE
 from tests.conftest import NAMESPACE, SESSION_TMP
 from tests.dags.preload_probe_test_dag import DAG_ID as PROBE_DAG_ID
@@ -52,6 +53,8 @@ TABLE = f"{NAMESPACE}.backfill_orders"
 FIRST_DAY, LAST_DAY = dt.date(1994, 12, 28), dt.date(1995, 1, 4)
 MAX_ACTIVE_RUNS = 8
 TIMEOUT_S = 900
+#: Airflow's [workers] min_heartbeat_interval (its default), how long a task's supervisor can sleep.
+HEARTBEAT_INTERVAL_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +142,18 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     assert airflow.query("SELECT count(*) FROM task_instance_history WHERE dag_id = %s", DAG_ID) == [(0,)]
     peak = peak_overlap([(start, end) for *_, start, end in tries])
     assert peak >= 8, f"at most {peak} changes ran at once; the test wants at least 8"
+    # Each task's executor slot is free again as soon as its process exits (task_exit.py): no supervisor
+    # slept its heartbeat interval (min_heartbeat_interval, 5 s) past the task's end, as about half
+    # of the tasks' supervisors did before the plugin held their output open until their exit.
+    ends = dict(airflow.query("SELECT id::text, end_date FROM task_instance WHERE dag_id = %s", DAG_ID))
+    scheduler_log = airflow.home / "scheduler.log"
+    airflow.wait_for(  # a run can be marked done before its tasks' supervisors have finished
+        "every task's supervisor to finish",
+        lambda: len(slot_hold_after_end(scheduler_log, ends)) == len(ends),
+        timeout=60,
+    )
+    held = slot_hold_after_end(scheduler_log, ends)
+    assert max(held) < HEARTBEAT_INTERVAL_S, sorted(held)
 
     after = catalog_hook.load_table(TABLE)
     rows = {row["o_orderkey"]: tuple(row.values()) for row in after.scan().to_arrow().to_pylist()}
