@@ -20,7 +20,9 @@ machine's peak memory in use (sampled every second, minus what was in use before
 started), how busy the machine's cores were (every process's CPU time, and the warm engine's server's,
 over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
-the rest, from the task logs).
+the rest, from the task logs), and how long each task's LocalExecutor slot stayed taken after the task's
+end (to its supervisor's "Workload finished"; ``airflow_iceberg_dml/task_exit.py`` says why that can be
+5 s).
 Each backfill gets a fresh deployment, metadata database and table. Runs of one configuration spread by
 up to a third on this machine: ``--repeat N`` runs each N times, in rounds (every configuration once,
 then again), and the ratios and the plot use the medians.
@@ -46,7 +48,7 @@ from typing import Any
 
 from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
-from bench.task_phases import PHASES, failure_lines, task_phases
+from bench.task_phases import PHASES, failure_lines, slot_hold_after_end, task_phases
 
 DAG_FILES = {
     "connect": REPO / "dags" / "iceberg_dml_backfill.py",
@@ -149,7 +151,7 @@ def _one(
     try:
         airflow.start()
         airflow.wait_for_dag(dag_id)
-        began = time.monotonic()
+        began = dt.datetime.now(dt.UTC)
         cpu = CpuUse(engine_pid if engine_kind == "connect" else None)
         airflow.run(
             "backfill", "create", "--dag-id", dag_id, "--from-date", FIRST_DAY.isoformat(),
@@ -157,7 +159,9 @@ def _one(
             "--dag-run-conf", json.dumps({"table": table}),
         )  # fmt: skip
         airflow.wait_for_runs(dag_id, days, timeout=4 * 3600)
-        wall = time.monotonic() - began
+        # To the last run's end in the metadata database, not to the poll that saw it (every 2 s).
+        ((last_end,),) = airflow.query("SELECT max(end_date) FROM dag_run WHERE dag_id = %s", dag_id)
+        wall = (last_end - began).total_seconds()
         cpu_use = cpu.stop()
         tries = airflow.query(
             "SELECT state, try_number, start_date, end_date FROM task_instance WHERE dag_id = %s", dag_id
@@ -168,6 +172,7 @@ def _one(
             dag_id,
         )
         runs = airflow.query("SELECT state FROM dag_run WHERE dag_id = %s", dag_id)
+        ends = dict(airflow.query("SELECT id::text, end_date FROM task_instance WHERE dag_id = %s", dag_id))
     finally:
         airflow.stop()
         peak = memory.stop()
@@ -181,6 +186,7 @@ def _one(
     if engine_kind != "noop":
         catalog.purge_table(table)
     failures = failure_lines(home / "airflow" / "logs", dag_id, instances)
+    held = slot_hold_after_end(home / "airflow" / "scheduler.log", ends)
     for failure in failures:
         log(f"task failed: {failure}")
     shutil.rmtree(home, ignore_errors=True)
@@ -204,6 +210,9 @@ def _one(
         "changes_committed": sum(commits),
         "largest_group": max(commits, default=0),
         "task_phases": phases,
+        "slot_held_after_end_median_s": statistics.median(held) if held else None,
+        "slot_held_after_end_max_s": max(held, default=None),
+        "slots_held_over_1s": sum(1 for seconds in held if seconds > 1.0),
         "failure_lines": failures,
         **cpu_use,
     }
@@ -258,6 +267,7 @@ def main(argv: list[str]) -> None:
     print(table(rows))
     print(phases_table(rows))
     print(cpu_table(rows))
+    print(slots_table(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
@@ -341,6 +351,24 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
             ]
             for row in rows
             if "machine_cpu_share" in row
+        ],
+    )
+
+
+def slots_table(rows: list[dict[str, Any]]) -> str:
+    """How long a task's executor slot stayed taken after the task's end."""
+    return markdown_table(
+        ["engine", "max active runs", "slot held after the end: median", "max", "tasks over 1 s"],
+        [
+            [
+                LABELS[row["engine"]],
+                str(row["max_active_runs"]),
+                f"{row['slot_held_after_end_median_s']:.2f} s",
+                f"{row['slot_held_after_end_max_s']:.2f} s",
+                f"{row['slots_held_over_1s']} of {row['changes']}",
+            ]
+            for row in rows
+            if row.get("slot_held_after_end_median_s") is not None
         ],
     )
 
