@@ -21,12 +21,15 @@ running; ``[iceberg_dml] hold_task_output_until_exit = False`` turns it off.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
 import subprocess
 import sys
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: The watcher: wait until the process named by the first argument has exited, then exit. A process that
 #: is already gone (or a kernel without pidfds) makes it exit at once.
@@ -72,10 +75,14 @@ def hold_output_until_exit() -> bool:
         return True
     if not hasattr(os, "pidfd_open") or not output_read_by_parent():
         return False
-    _state["watcher"] = subprocess.Popen(
-        # -I -S: no environment, no site packages: a bare interpreter starts in milliseconds.
-        [sys.executable, "-I", "-S", "-c", WATCHER, str(os.getpid())],
-        stdin=subprocess.DEVNULL,  # stdout and stderr inherited: what it holds open
-        close_fds=True,
-    )
+    try:
+        _state["watcher"] = subprocess.Popen(
+            # -I -S: no environment, no site packages: a bare interpreter starts in milliseconds.
+            [sys.executable, "-I", "-S", "-c", WATCHER, str(os.getpid())],
+            stdin=subprocess.DEVNULL,  # stdout and stderr inherited: what it holds open
+            close_fds=True,
+        )
+    except OSError as error:  # no interpreter to start (an embedded one): the task runs as before
+        log.warning("airflow-iceberg-dml: could not start the task's exit watcher: %s", error)
+        return False
     return True

@@ -30,6 +30,9 @@ CHILD = textwrap.dedent(
     how = sys.argv[1]
     if how == "watcher":
         assert task_exit.hold_output_until_exit()
+    elif how == "no-interpreter":
+        sys.executable = "/nonexistent/python3"
+        assert not task_exit.hold_output_until_exit()
     elif how in ("package-task", "other-task"):
         from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
         ours = how == "package-task"
@@ -78,6 +81,12 @@ def test_with_the_watcher_the_process_has_exited_when_its_output_ends() -> None:
     output, exited = _supervise("watcher")
     assert output == "watcher: True\n"
     assert exited
+
+
+def test_without_an_interpreter_to_start_the_task_runs_as_before() -> None:
+    output, exited = _supervise("no-interpreter")
+    assert "could not start the task's exit watcher" in output
+    assert (output.splitlines()[-1], exited) == ("watcher: False", False)
 
 
 def test_the_plugin_starts_the_watcher_for_the_packages_tasks_only() -> None:
