@@ -27,10 +27,11 @@ def on_starting(component: Any) -> None:
 
 @hookimpl
 def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
-    """A task starts running, in its own process: if it is one of the package's, start the watcher that
-    lets Airflow's supervisor see its process exit at once."""
-    task = getattr(task_instance, "task", None)
-    if type(task).__module__.startswith("airflow_iceberg_dml.") and task_exit.enabled():
+    """A task starts running, in its own process: if it is one of the package's (or of a class built on
+    one), start the watcher that lets Airflow's supervisor see its process exit at once. Its classes are
+    matched by module, so that no component imports the operators for it."""
+    classes = type(getattr(task_instance, "task", None)).__mro__
+    if any(c.__module__.startswith("airflow_iceberg_dml.") for c in classes) and task_exit.enabled():
         task_exit.hold_output_until_exit()
 
 

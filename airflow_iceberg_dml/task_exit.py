@@ -6,9 +6,9 @@ waiting); once every socket has reached end-of-file it waits in ``select`` with 
 ``[workers] min_heartbeat_interval`` (5 s by default), before it asks again. The kernel closes an exiting
 process's files before its parent can collect it, so a supervisor that wakes at the last end-of-file can
 find the process not yet exited and sleep the whole interval. Meanwhile the executor's slot stays taken
-and the scheduler does not learn that the task finished. In the backfill benchmark at
-``--max-active-runs 8``, 28 of 58 DML tasks (and 7 of 53 no-op tasks) lost 5.0 to 5.1 s that way
-(docs/benchmarks.md).
+and the scheduler does not learn that the task finished. In two backfills at ``--max-active-runs 8``
+without the watcher, 22 and 30 of 60 DML tasks lost about 5.1 s that way; no-op tasks, 4 to 18 in 60
+(docs/benchmarks.md, "A task's slot held after its end").
 
 :func:`hold_output_until_exit` starts a small watcher process that inherits the task's stdout and stderr
 and exits when the task process has exited: it waits on a pidfd, which becomes readable only once the

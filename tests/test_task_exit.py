@@ -21,7 +21,8 @@ from airflow_iceberg_dml import task_exit
 REPO = Path(__file__).resolve().parents[1]
 
 #: A task process: optionally the watcher (directly, or through the plugin's listener for a task of the
-#: package or of another), then its stdout and stderr closed half a second before it exits.
+#: package, of a subclass of one, or of another), then its stdout and stderr closed half a second before
+#: it exits.
 CHILD = textwrap.dedent(
     """
     import os, sys, time
@@ -33,10 +34,12 @@ CHILD = textwrap.dedent(
     elif how == "no-interpreter":
         sys.executable = "/nonexistent/python3"
         assert not task_exit.hold_output_until_exit()
-    elif how in ("package-task", "other-task"):
+    elif how in ("package-task", "subclass-task", "other-task"):
         from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
-        ours = how == "package-task"
-        task = IcebergDeleteOperator(task_id="t", table="ns.t", where="1 = 1") if ours else object()
+        class TheirDelete(IcebergDeleteOperator):  # a user's class, in a module of theirs
+            pass
+        kind = {"package-task": IcebergDeleteOperator, "subclass-task": TheirDelete}.get(how)
+        task = kind(task_id="t", table="ns.t", where="1 = 1") if kind else object()
         plugin.on_task_instance_running(None, SimpleNamespace(task=task))
     sys.stdout.write(f"watcher: {task_exit._state['watcher'] is not None}\\n")
     sys.stdout.flush()
@@ -89,8 +92,10 @@ def test_without_an_interpreter_to_start_the_task_runs_as_before() -> None:
     assert (output.splitlines()[-1], exited) == ("watcher: False", False)
 
 
-def test_the_plugin_starts_the_watcher_for_the_packages_tasks_only() -> None:
+def test_the_plugin_starts_the_watcher_for_the_packages_tasks_and_their_subclasses_only() -> None:
     output, exited = _supervise("package-task")
+    assert (output, exited) == ("watcher: True\n", True)
+    output, exited = _supervise("subclass-task")
     assert (output, exited) == ("watcher: True\n", True)
     output, exited = _supervise("other-task")
     assert (output, exited) == ("watcher: False\n", False)
