@@ -22,7 +22,9 @@ over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs), and how long each task's LocalExecutor slot stayed taken after the task's
 end (to its supervisor's "Workload finished"; ``airflow_iceberg_dml/task_exit.py`` says why that can be
-5 s).
+5 s), and how the backfill used the executor's slots (``slot_use``: the time before its first task, from
+its first task to its last, and after the last; a task's mean duration; the share of the slots' time that
+tasks took, their time over the slots' time from the first to the last).
 Each backfill gets a fresh deployment, metadata database and table. Runs of one configuration spread by
 up to a third on this machine: ``--repeat N`` runs each N times, in rounds (every configuration once,
 then again), and the ratios and the plot use the medians.
@@ -48,7 +50,7 @@ from typing import Any
 
 from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
-from bench.task_phases import PHASES, failure_lines, slot_hold_after_end, task_phases
+from bench.task_phases import PHASES, failure_lines, slot_hold_after_end, slot_use, task_phases
 
 DAG_FILES = {
     "connect": REPO / "dags" / "iceberg_dml_backfill.py",
@@ -205,6 +207,7 @@ def _one(
         "task_retries": sum(max(0, try_number - 1) for _, try_number, _, _ in tries),
         "task_failures": sum(1 for state, *_ in tries if state != "success"),
         "runs_failed": sum(1 for (state,) in runs if state != "success"),
+        "slot_use": slot_use(instances, max_active_runs, began, last_end),
         "peak_memory_bytes": peak,
         "commits": len(commits),
         "changes_committed": sum(commits),
@@ -268,6 +271,7 @@ def main(argv: list[str]) -> None:
     print(phases_table(rows))
     print(cpu_table(rows))
     print(slots_table(rows))
+    print(slot_use_table(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
@@ -371,6 +375,25 @@ def slots_table(rows: list[dict[str, Any]]) -> str:
             if row.get("slot_held_after_end_median_s") is not None
         ],
     )
+
+
+def slot_use_table(rows: list[dict[str, Any]]) -> str:
+    """How each backfill used the executor's slots (bench/task_phases.py ``slot_use``)."""
+    return markdown_table(
+        ["engine", "max active runs", "before the first task", "first task to last", "after the last task",
+         "task mean", "slots busy"],
+        [
+            [
+                LABELS[row["engine"]],
+                str(row["max_active_runs"]),
+                *(f"{use[name]:.1f} s" for name in ("before_first", "span", "after_last")),
+                f"{use['mean_task']:.2f} s",
+                f"{use['slots_busy']:.0%}",
+            ]
+            for row in rows
+            if (use := row.get("slot_use"))
+        ],
+    )  # fmt: skip
 
 
 def plot(rows: list[dict[str, Any]], target: Path) -> None:

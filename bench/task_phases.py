@@ -142,3 +142,39 @@ def slot_hold_after_end(scheduler_log: Path, ends: dict[str, dt.datetime]) -> li
             finished = dt.datetime.fromisoformat(found.group(1).replace("Z", "+00:00"))
             held.append((finished - ends[found.group(2)]).total_seconds())
     return held
+
+
+def slot_use(
+    instances: list[tuple[Any, ...]],
+    parallelism: int,
+    began: dt.datetime,
+    ended: dt.datetime,
+) -> dict[str, float] | None:
+    """How a backfill used the executor's slots (``instances``: run_id, task_id, try_number, start, end,
+    state; ``began``: the backfill's creation; ``ended``: its last run's end), in seconds:
+
+    - ``before_first``: from the backfill's creation to its first task's start;
+    - ``span``: from the first task's start to the last task's end;
+    - ``after_last``: from the last task's end to the last run's end;
+    - ``mean_task``: a task's mean duration (start to end);
+    - ``slots_busy``: the share of the slots' time over ``span`` (``parallelism`` slots) that tasks took,
+      each from its start to its end (a slot held after its task's end, ``slot_hold_after_end``, counts
+      as not busy: no task runs in it).
+
+    So the tasks per second of ``span`` are ``parallelism * slots_busy / mean_task``: with the slots
+    busy, a backfill goes as fast as its tasks end. None when no task ran.
+    """
+    times = [(start, end) for _, _, _, start, end, _ in instances if start is not None and end is not None]
+    if not times:
+        return None
+    first, last = min(start for start, _ in times), max(end for _, end in times)
+    span = (last - first).total_seconds()
+    durations = [(end - start).total_seconds() for start, end in times]
+    busy = sum(durations)
+    return {
+        "before_first": (first - began).total_seconds(),
+        "span": span,
+        "after_last": (ended - last).total_seconds(),
+        "mean_task": statistics.mean(durations),
+        "slots_busy": busy / (parallelism * span) if span > 0 else 0.0,
+    }
