@@ -5,8 +5,9 @@ its first few dozen run slower than later ones while the JVM compiles the code t
 pays both before any task waits on the engine: one DELETE and UPDATE (the classes loaded), then
 ``rounds`` rounds of the statements a grouped change runs (a refresh and a read of the table's refs,
 a count of each predicate's rows at the head snapshot, a no-match probe, a MERGE of a DELETE and an
-UPDATE, a DELETE). ``python -m bench warm_up`` measures what the rounds save the first changes after a
-start.
+UPDATE, a DELETE), on a table shaped as a backfill's (dates, decimals, strings, partitioned by a string
+and a year, merge-on-read: the JVM compiles the code of the readers, writers and plans the tasks run).
+``python -m bench warm_up`` measures what the rounds save the first changes after a start.
 
 The scratch table lives in a catalog registered for the warm-up's session only, a Hadoop catalog under
 the engine's folder, and is dropped with its files at the end: the users' catalog is only listed.
@@ -14,6 +15,7 @@ the engine's folder, and is dropped with its files at the end: the users' catalo
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
     from airflow_iceberg_dml.engine import EngineState
 
-#: Rounds ``engine start`` runs by default (8 add about 15 s to a start on two cores: bench warm_up).
+#: Rounds ``engine start`` runs by default (8 add about 16 s to a start on two cores: bench warm_up).
 WARM_ROUNDS = 8
 SCRATCH_CATALOG = "iceberg_dml_warmup"
 SCRATCH_NAME = "w.t"
@@ -64,7 +66,7 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
         spark.conf.set(f"spark.sql.catalog.{SCRATCH_CATALOG}.warehouse", (folder / "warmup").as_uri())
         for statement in sql.warmup_setup(SCRATCH_TABLE):
             spark.sql(statement)
-        spark.range(SCRATCH_ROWS).selectExpr("id", "CAST(id AS STRING) AS v").writeTo(SCRATCH_TABLE).append()
+        spark.sql(sql.warmup_rows(SCRATCH_ROWS)).writeTo(SCRATCH_TABLE).append()
         for statement in sql.warmup_changes(SCRATCH_TABLE):
             spark.sql(statement).collect()
         # The jobs' own reads of a table, as spark-submit's driver runs them (a Connect session has the
@@ -81,11 +83,14 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
 def _grouped_change(scratch: TableState, number: int) -> None:
     """The statements of one grouped change (``jobs/dml_group``), each round on other rows."""
     spark = scratch.spark
-    deletes, updates, absent = (f"id % 97 = {(3 * number + offset) % 97}" for offset in range(3))
+    first = dt.date(2020, 1, 1) + dt.timedelta(days=2 * number)
+    deletes, updates = (f"day = DATE '{first + dt.timedelta(days=offset)}'" for offset in range(2))
+    scattered = f"id % 97 = {number % 97}"  # rows in every file: neither % nor length() is pushed down
     scratch.refresh()
     at_head = f"{SCRATCH_TABLE} VERSION AS OF {scratch.head()}"
     spark.sql(sql.group_count_query(at_head, [deletes, updates], ["delete", "update"])).collect()
-    # No row matches, and no file statistic can say so (neither % nor length() is pushed down): all is read.
-    spark.sql(sql.exists_query(at_head, f"{absent} AND length(v) > 100")).collect()
-    spark.sql(sql.mixed_group_statement(SCRATCH_TABLE, deletes, updates, {"v": "'y'"})).collect()
-    spark.sql(sql.delete_statement(SCRATCH_TABLE, absent)).collect()
+    # No row matches, and no file statistic can say so: all is read.
+    spark.sql(sql.exists_query(at_head, f"{scattered} AND length(v) > 100")).collect()
+    assignments = {"amount": "CAST(round(amount * 1.01, 2) AS DECIMAL(15, 2))", "v": "'y'"}
+    spark.sql(sql.mixed_group_statement(SCRATCH_TABLE, deletes, updates, assignments)).collect()
+    spark.sql(sql.delete_statement(SCRATCH_TABLE, scattered)).collect()

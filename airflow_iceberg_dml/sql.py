@@ -301,14 +301,29 @@ def show_namespaces(catalog: str) -> str:
 
 
 def warmup_setup(table: str) -> list[str]:
-    """A fresh merge-on-read scratch table (``catalog.namespace.table``, in a scratch catalog)."""
+    """A fresh scratch table (``catalog.namespace.table``, in a scratch catalog) shaped as the tables
+    backfills change: a date, a decimal and strings, partitioned by a string and the date's year,
+    merge-on-read for DELETE, UPDATE and MERGE (the plans a grouped change runs)."""
     namespace = table.rsplit(".", 1)[0]
     return [
         f"CREATE NAMESPACE IF NOT EXISTS {namespace}",
         f"DROP TABLE IF EXISTS {table} PURGE",
-        f"CREATE TABLE {table} (id BIGINT, v STRING) USING iceberg TBLPROPERTIES ('format-version' = '2', "
-        "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read')",
+        f"CREATE TABLE {table} (id BIGINT, day DATE, amount DECIMAL(15, 2), status STRING, v STRING) "
+        "USING iceberg PARTITIONED BY (status, years(day)) TBLPROPERTIES ('format-version' = '2', "
+        "'write.delete.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read', "
+        "'write.merge.mode' = 'merge-on-read')",
     ]
+
+
+def warmup_rows(rows: int) -> str:
+    """The scratch table's ``rows`` rows, from ``range(rows)`` (``id``): a thousand days over three years,
+    three statuses."""
+    return (
+        f"SELECT id, date_add(DATE '2020-01-01', CAST(id % 1000 AS INT)) AS day, "
+        "CAST(id % 100000 / 100 AS DECIMAL(15, 2)) AS amount, "
+        "element_at(array('F', 'O', 'P'), CAST(id % 3 AS INT) + 1) AS status, CAST(id AS STRING) AS v "
+        f"FROM range({rows})"
+    )
 
 
 def warmup_changes(table: str) -> list[str]:
