@@ -168,13 +168,38 @@ def grpc_status(error: BaseException) -> str:
     return str(getattr(get_status(), "name", "")) if callable(get_status) else ""
 
 
+_GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
+#: What a lost engine that came back means. PySpark's client does not say it: when a retried request
+#: reaches the restarted server, that server answers ``INVALID_HANDLE.SESSION_CHANGED``, the client
+#: closes itself, and fetching that answer's details then fails with ``NO_ACTIVE_SESSION``.
+ENGINE_RESTARTED = "it was restarted: it answered again without the job's session"
+
+
 def engine_unreachable(error: BaseException) -> bool:
     """Whether ``error`` says the Spark Connect server cannot be reached, or lost the job's session."""
     if grpc_status(error) in _UNREACHABLE_CODES:
         return True
+    return session_lost(error)
+
+
+def session_lost(error: BaseException) -> bool:
+    """Whether ``error`` says the server answered but no longer holds the job's session (restarted)."""
     return error_condition(error).startswith(_LOST_SESSION_CONDITIONS) or any(
         condition in str(error) for condition in _LOST_SESSION_CONDITIONS
     )
+
+
+def lost_engine_cause(error: BaseException) -> str:
+    """What a lost engine's ``error`` tells the user: that the server restarted, or the client's own
+    first line (``failed to connect to all addresses`` ...)."""
+    if session_lost(error):
+        return ENGINE_RESTARTED
+    # A gRPC error, bare or in PySpark's exception, reads as a multi-line repr: its details say it.
+    details = _GRPC_DETAILS.search(str(error))
+    if details and grpc_status(error):
+        return f"{grpc_status(error)}: {details.group(1)}"[:300]
+    lines = error_message(error).strip().splitlines()
+    return lines[0][:300] if lines else repr(error)
 
 
 def classify(error: BaseException) -> FailureKind:

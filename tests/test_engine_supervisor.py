@@ -1,13 +1,15 @@
 """The local engine under its supervisor: the server killed ten times at random points of random changes.
 
-Each round runs a random DELETE or UPDATE through the Spark Connect hook (the path every task takes)
-and SIGKILLs the server's JVM a random 0.1 to 3 s after the job's session opened: while it plans,
-writes or commits, or after it ended (the server then dies between tasks). The task's retry is played
-by submitting the same spec (same run key) until it succeeds, as Airflow's retries would. The
-supervisor starts the server again each time. Every change is applied exactly once, the table equals
-the changes applied in Python to the rows read before, every job after a restart found the new server
-with nothing reset (one more kill between tasks: the next task succeeds on its first try), and the
-server's own UI counts no session left open.
+Each round runs a random DELETE or UPDATE through the Spark Connect hook (the path every task takes) and
+SIGKILLs the server's JVM a random 0.1 to 3 s after the job's session opened: while it plans, writes or
+commits, or after it ended (the server then dies between tasks); in one random round, as the session
+opens, before the job's first statement. Every failed try says the engine was lost, where, and how to
+check it, never with PySpark's NO_ACTIVE_SESSION (what its client raises after a restart). The task's
+retry is played by submitting the same spec (same run key) until it succeeds, as Airflow's retries
+would. The supervisor starts the server again each time. Every change is applied exactly once, the table
+equals the changes applied in Python to the rows read before, every job after a restart found the new
+server with nothing reset (one more kill between tasks: the next task succeeds on its first try), and
+the server's own UI counts no session left open.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -91,8 +94,17 @@ def _change(number: int, chance: random.Random, name: str) -> tuple[DmlSpec, Any
     )
 
 
+def _says_the_engine_was_lost(error: IcebergDmlError, state: Any, where: str) -> None:
+    """A failed try's message names the server and what to run, in the package's words."""
+    message = str(error)
+    assert f"{state.host}:{state.port}" in message, (where, message)
+    assert "make engine-status" in message or "engine start" in message, (where, message)
+    for unhelpful in ("NO_ACTIVE_SESSION", "RPC that terminated"):  # PySpark's, gRPC's repr
+        assert unhelpful not in message + str(error.__cause__), (where, message, error.__cause__)
+
+
 def _until_it_commits(
-    spec: DmlSpec, catalog_hook: Any, on_started: Any, failures: list[str], where: str
+    spec: DmlSpec, catalog_hook: Any, on_started: Any, failures: list[str], where: str, state: Any
 ) -> Outcome:
     """Submit ``spec`` as a task and its retries would: again after every retryable failure."""
     deadline = time.monotonic() + RETRY_DEADLINE_S
@@ -104,6 +116,7 @@ def _until_it_commits(
             return record.outcome
         except IcebergDmlError as error:
             failures.append(f"{where}: {type(error).__name__}")
+            _says_the_engine_was_lost(error, state, where)
             if not error.retryable:
                 pytest.fail(f"{where}: not retryable: {error!r}")
             if time.monotonic() > deadline:
@@ -167,6 +180,26 @@ def _no_session_left(state: Any, folder: Path) -> None:
     assert "live sessions 0" in text
 
 
+def _kill_after(
+    delay: float, state: Any, folder: Path, killed: list[int], killers: list[threading.Thread], _: Any
+) -> None:
+    """SIGKILL the server ``delay`` seconds from now (as ``on_started``); for 0, dead on return."""
+
+    def kill() -> None:
+        time.sleep(delay)
+        pid = engine.server_pid(state, folder)
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killers.append(threading.Thread(target=kill, daemon=True))
+    killers[-1].start()
+    if not delay:  # dead before the hook goes on
+        killers[-1].join()
+        deadline = time.monotonic() + 10
+        while engine.is_alive(killed[-1]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any, supervised: Any) -> None:
     state, folder = supervised
     seed = int(os.environ.get("SUPERVISOR_TEST_SEED", time.time_ns() % 100_000))
@@ -175,24 +208,16 @@ def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any,
     rows = {row["id"]: row for row in _table(catalog_hook, name).to_pylist()}
     failures: list[str] = []
     killed: list[int] = []
+    at_once = chance.randrange(1, KILLS + 1)  # the round whose server dies before the job's first statement
 
     for number in range(1, KILLS + 1):
         spec, apply = _change(number, chance, name)
-        delay = chance.uniform(0.1, 3.0)
+        delay = 0.0 if number == at_once else chance.uniform(0.1, 3.0)
 
         killers: list[threading.Thread] = []
-
-        def kill_later(_: Any, delay: float = delay, killers: list[threading.Thread] = killers) -> None:
-            def kill() -> None:
-                time.sleep(delay)
-                pid = engine.server_pid(state, folder)
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-
-            killers.append(threading.Thread(target=kill, daemon=True))
-            killers[-1].start()
-
-        outcome = _until_it_commits(spec, catalog_hook, kill_later, failures, f"seed {seed}, round {number}")
+        kill_later = partial(_kill_after, delay, state, folder, killed, killers)
+        where = f"seed {seed}, round {number}"
+        outcome = _until_it_commits(spec, catalog_hook, kill_later, failures, where, state)
         # A change that matches nothing (an earlier round deleted its rows) commits nothing.
         matched = any(apply(row) != row for row in rows.values())
         expected = (Outcome.COMMITTED, Outcome.REPLAYED) if matched else (Outcome.NOOP,)

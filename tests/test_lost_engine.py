@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_iceberg_dml import engine
-from airflow_iceberg_dml.conflicts import FailureKind, classify
+from airflow_iceberg_dml.conflicts import ENGINE_RESTARTED, FailureKind, classify
 from airflow_iceberg_dml.exceptions import SparkConnectUnavailableError
 from airflow_iceberg_dml.hooks.connect_session import DEFAULT_UNREACHABLE_TIMEOUT_S, retry_schedule
 from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
@@ -82,6 +82,37 @@ def test_a_lost_server_is_classified_and_reported_as_such():
     assert (
         record.error_message == "the engine was lost while the job ran (failed to connect to all addresses)"
     )
+
+    def restarted():  # PySpark's client after a supervisor restarted the server under it
+        raise RuntimeError("[NO_ACTIVE_SESSION] No active Spark session found.")
+
+    record = run_job(spark, restarted)  # type: ignore[arg-type]
+    assert (record.error_type, record.retryable) == ("SparkConnectUnavailableError", True)
+    assert record.error_message == f"the engine was lost while the job ran ({ENGINE_RESTARTED})"
+    assert "NO_ACTIVE_SESSION" not in record.error_message
+
+
+def test_a_bare_grpc_error_is_reported_by_its_status_not_its_repr():
+    """A gRPC error's text is a multi-line repr, as it is or in PySpark's exception: its status and
+    details say what happened."""
+    import grpc
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    from airflow_iceberg_dml.conflicts import lost_engine_cause
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{free_port()}")  # nothing listens there
+    call = channel.unary_stream("/spark.connect.SparkConnectService/ExecutePlan")
+    with pytest.raises(grpc.RpcError) as raised:
+        list(call(b"", timeout=5))
+    channel.close()
+    assert str(raised.value).startswith("<_MultiThreadedRendezvous")
+    cause = lost_engine_cause(raised.value)
+    assert cause.startswith("UNAVAILABLE: "), cause
+    assert "\n" not in cause
+    assert classify(raised.value) is FailureKind.ENGINE_UNREACHABLE
+    # As PySpark's client raises it when its retries are spent: the same repr in its own exception.
+    wrapped = SparkConnectGrpcException(message=str(raised.value), grpc_status_code=raised.value.code())
+    assert lost_engine_cause(wrapped) == cause
 
 
 @pytest.fixture

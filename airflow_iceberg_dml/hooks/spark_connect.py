@@ -29,7 +29,7 @@ from airflow.sdk import BaseHook
 
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
 from airflow_iceberg_dml.compat import bound_connect_retries, set_confs
-from airflow_iceberg_dml.conflicts import engine_unreachable
+from airflow_iceberg_dml.conflicts import ENGINE_RESTARTED, engine_unreachable, lost_engine_cause
 from airflow_iceberg_dml.exceptions import (
     SparkConnectServerError,
     SparkConnectUnavailableError,
@@ -146,6 +146,13 @@ class IcebergSparkConnectHook(BaseHook):
             url = f"{url};session_id={session_id}"  # the provider's URL ends in "/" or its parameters
         return url, server
 
+    def _server(self) -> str:
+        """The server as ``host:port``, or what the connection lacks (for an error message)."""
+        try:
+            return self._url()[1]
+        except Exception as error:  # noqa: BLE001 - the message names the connection either way
+            return f"(no address: {str(error)[:100]})"
+
     def _check_reachable(self, server: str, timeout_s: float = 10.0) -> None:
         """Fail at once, and retryably, when nothing listens where the connection points.
 
@@ -175,7 +182,7 @@ class IcebergSparkConnectHook(BaseHook):
             if engine_unreachable(error):
                 raise SparkConnectUnavailableError(
                     f"The Spark Connect server {server} (connection {self.spark_conn_id!r}) cannot be "
-                    f"reached: {str(error).splitlines()[0][:300]}. Is it running? The local engine starts "
+                    f"reached: {lost_engine_cause(error)}. Is it running? The local engine starts "
                     "with: python -m airflow_iceberg_dml.engine start"
                 ) from None
             raise
@@ -235,7 +242,7 @@ class IcebergSparkConnectHook(BaseHook):
         ``on_started`` is told the session (:class:`ConnectSession` as JSON) once it exists, for a
         later try to :meth:`reattach`; an error it raises is logged, not raised.
         """
-        from airflow_iceberg_dml.jobs.runner import log_to
+        from airflow_iceberg_dml.jobs.runner import log_to, lost_engine
         from airflow_iceberg_dml.jobs.table_state import metadata_through
 
         run_spec = _job_runner(spec.application)
@@ -247,6 +254,7 @@ class IcebergSparkConnectHook(BaseHook):
         spark = open_session(url)
         self._bound(spark, budget)
         self._session = spark
+        lost: BaseException | None = None
         try:
             session = ConnectSession(server=server, session_id=spark.session_id)
             self.log.info("Spark Connect: job %s in session %s on %s", name, session.session_id, server)
@@ -256,18 +264,27 @@ class IcebergSparkConnectHook(BaseHook):
                     on_started(session.to_json())
                 except Exception as error:  # noqa: BLE001 - the job is about to run: never lose it over this
                     self.log.warning("Could not record the Spark Connect session for a later try: %s", error)
-            self._configure(spark, catalog)
-            with log_to(self.log.info), metadata_through(catalog):
-                record = run_spec(spark, spec)
+            try:
+                self._configure(spark, catalog)
+            except Exception as error:
+                if not engine_unreachable(error):
+                    raise
+                lost = lost_engine(error, "before the job's first statement")
+                self.log.info("FAILED (SparkConnectUnavailableError): %s", lost)
+            else:
+                with log_to(self.log.info), metadata_through(catalog):
+                    record = run_spec(spark, spec)
         finally:
             self._session = None
             self._release(spark)
-        if record.outcome is Outcome.FAILED:
+        if lost is None and record.outcome is Outcome.FAILED:
             failure = record.error()
-            if isinstance(failure, SparkConnectUnavailableError):
-                self._release_again(session)
-                raise self._lost(server, budget) from failure
-            raise failure
+            if not isinstance(failure, SparkConnectUnavailableError):
+                raise failure
+            lost = failure
+        if lost is not None:
+            self._release_again(session)
+            raise self._lost(server, budget, lost) from lost
         return record
 
     def _release_again(self, session: ConnectSession) -> None:
@@ -288,13 +305,18 @@ class IcebergSparkConnectHook(BaseHook):
             return
         self._release(spark)
 
-    def _lost(self, server: str, budget: float) -> SparkConnectUnavailableError:
+    def _lost(self, server: str, budget: float, cause: BaseException) -> SparkConnectUnavailableError:
+        """The task's error for an engine lost under its job: gone for the whole budget, or restarted."""
+        what = (  # ``cause`` is the job's own error (jobs/runner.py's lost_engine)
+            ENGINE_RESTARTED
+            if ENGINE_RESTARTED in str(cause)
+            else f"it did not answer for {budget:g}s, the connection's unreachable_timeout"
+        )
         return SparkConnectUnavailableError(
             f"The Spark Connect engine at {server} (connection {self.spark_conn_id!r}) was lost while the "
-            f"job ran, and did not answer for {budget:g}s (the connection's unreachable_timeout). A retry "
-            "applies the change once: a commit that landed first is found by its run key. Check the engine "
-            "with `make engine-status` (python -m airflow_iceberg_dml.engine status), or the server's own "
-            "status on a cluster."
+            f"job ran ({what}). A retry applies the change once: a commit that landed first is found by its "
+            "run key. Check the engine with `make engine-status` (python -m airflow_iceberg_dml.engine "
+            "status), or the server's own status on a cluster."
         )
 
     def _release(self, spark: SparkSession) -> None:
@@ -315,8 +337,9 @@ class IcebergSparkConnectHook(BaseHook):
         first_line = (str(error).splitlines() or [""])[0][:300]
         if engine_unreachable(error):
             return SparkConnectUnavailableError(
-                f"The Spark Connect server of connection {self.spark_conn_id!r} was lost: {first_line}. "
-                "Check it with `make engine-status` (python -m airflow_iceberg_dml.engine status)."
+                f"The Spark Connect server {self._server()} (connection {self.spark_conn_id!r}) was lost: "
+                f"{lost_engine_cause(error)}. Check it with `make engine-status` (python -m "
+                "airflow_iceberg_dml.engine status)."
             )
         return SparkJobError(
             f"The job failed on the Spark Connect server: {type(error).__name__}: {first_line}"

@@ -29,6 +29,7 @@ from airflow_iceberg_dml.conflicts import (
     error_parameters,
     is_input_error,
     java_causes,
+    lost_engine_cause,
     sql_state,
 )
 from airflow_iceberg_dml.exceptions import IcebergDmlError, SparkConnectUnavailableError, SparkJobError
@@ -231,11 +232,21 @@ def _failed_record(
     return record
 
 
+def lost_engine(error: BaseException, when: str = "while the job ran") -> SparkConnectUnavailableError:
+    """The package's error for a Spark Connect engine lost ``when``, in words a user can act on.
+
+    PySpark's ``error`` is not kept and its frames are let go of (:func:`_failed_record` says why).
+    """
+    lost = SparkConnectUnavailableError(f"the engine was lost {when} ({lost_engine_cause(error)})")
+    traceback.clear_frames(error.__traceback__)
+    return lost
+
+
 def _unclassified(error: Exception) -> IcebergDmlError:
     """The package error for a failure the job did not name: a lost engine, or any other (retryable)."""
-    first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
     if classify(error) is FailureKind.ENGINE_UNREACHABLE:
-        return SparkConnectUnavailableError(f"the engine was lost while the job ran ({first_line[:300]})")
+        return lost_engine(error)
+    first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
     traceback.print_exc()
     return SparkJobError(f"{type(error).__name__}: {first_line}")
 
