@@ -175,17 +175,8 @@ class IcebergSparkConnectHook(BaseHook):
         """Refuse a server this client cannot drive, or one without Iceberg, before sending any job."""
         import pyspark
 
-        try:
-            server_version = spark.version
-            extensions = str(spark.conf.get("spark.sql.extensions", "") or "")
-        except Exception as error:
-            if engine_unreachable(error):
-                raise SparkConnectUnavailableError(
-                    f"The Spark Connect server {server} (connection {self.spark_conn_id!r}) cannot be "
-                    f"reached: {lost_engine_cause(error)}. Is it running? The local engine starts "
-                    "with: python -m airflow_iceberg_dml.engine start"
-                ) from None
-            raise
+        server_version = spark.version  # a lost server: the caller says so
+        extensions = str(spark.conf.get("spark.sql.extensions", "") or "")
         problem = version_mismatch(pyspark.__version__, server_version)
         if problem:
             raise SparkConnectServerError(problem)
@@ -258,13 +249,13 @@ class IcebergSparkConnectHook(BaseHook):
         try:
             session = ConnectSession(server=server, session_id=spark.session_id)
             self.log.info("Spark Connect: job %s in session %s on %s", name, session.session_id, server)
-            self._check_server(spark, server)
             if on_started is not None:
                 try:
                     on_started(session.to_json())
                 except Exception as error:  # noqa: BLE001 - the job is about to run: never lose it over this
                     self.log.warning("Could not record the Spark Connect session for a later try: %s", error)
             try:
+                self._check_server(spark, server)
                 self._configure(spark, catalog)
             except Exception as error:
                 if not engine_unreachable(error):
