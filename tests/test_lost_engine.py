@@ -89,7 +89,15 @@ def test_a_lost_server_is_classified_and_reported_as_such():
     record = run_job(spark, restarted)  # type: ignore[arg-type]
     assert (record.error_type, record.retryable) == ("SparkConnectUnavailableError", True)
     assert record.error_message == f"the engine was lost while the job ran ({ENGINE_RESTARTED})"
-    assert "NO_ACTIVE_SESSION" not in record.error_message
+
+    # The task's error says which of the two it was, from the job's own error chained as its cause.
+    hook = IcebergSparkConnectHook(CONN_ID)
+    restart = hook._lost("127.0.0.1:1", 30, SparkConnectUnavailableError(record.error_message))
+    assert ENGINE_RESTARTED in str(restart)
+    assert "did not answer" not in str(restart)
+    gone = hook._lost("127.0.0.1:1", 30, SparkConnectUnavailableError("the engine was lost (UNAVAILABLE: x)"))
+    assert "it did not answer for 30s" in str(gone)
+    assert ENGINE_RESTARTED not in str(gone)
 
 
 def test_a_bare_grpc_error_is_reported_by_its_status_not_its_repr():

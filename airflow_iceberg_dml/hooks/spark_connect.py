@@ -261,7 +261,6 @@ class IcebergSparkConnectHook(BaseHook):
                 if not engine_unreachable(error):
                     raise
                 lost = lost_engine(error, "before the job's first statement")
-                self.log.info("FAILED (SparkConnectUnavailableError): %s", lost)
             else:
                 with log_to(self.log.info), metadata_through(catalog):
                     record = run_spec(spark, spec)
@@ -297,15 +296,16 @@ class IcebergSparkConnectHook(BaseHook):
         self._release(spark)
 
     def _lost(self, server: str, budget: float, cause: BaseException) -> SparkConnectUnavailableError:
-        """The task's error for an engine lost under its job: gone for the whole budget, or restarted."""
+        """The task's error for an engine lost under its job (before its first statement or while it
+        ran, as ``cause`` says): gone for the whole budget, or restarted."""
         what = (  # ``cause`` is the job's own error (jobs/runner.py's lost_engine)
             ENGINE_RESTARTED
             if ENGINE_RESTARTED in str(cause)
             else f"it did not answer for {budget:g}s, the connection's unreachable_timeout"
         )
         return SparkConnectUnavailableError(
-            f"The Spark Connect engine at {server} (connection {self.spark_conn_id!r}) was lost while the "
-            f"job ran ({what}). A retry applies the change once: a commit that landed first is found by its "
+            f"The Spark Connect engine at {server} (connection {self.spark_conn_id!r}) was lost under "
+            f"the job ({what}). A retry applies the change once: a commit that landed first is found by its "
             "run key. Check the engine with `make engine-status` (python -m airflow_iceberg_dml.engine "
             "status), or the server's own status on a cluster."
         )
