@@ -16,6 +16,7 @@ from airflow_iceberg_dml.exceptions import (
     GuardExceededError,
     InvalidExpressionError,
     SliceViolationError,
+    SnapshotMismatchError,
     UnknownColumnError,
 )
 from airflow_iceberg_dml.jobs.merge import MergeJob, merge_job
@@ -215,6 +216,27 @@ def test_a_retry_of_the_same_run_key_commits_nothing_more(spark, catalog_hook):
     assert again.snapshot_id == first.snapshot_id
     assert head_id(catalog_hook, target) == first.snapshot_id
     assert table_rows(catalog_hook, target) == rows
+
+
+def test_a_merge_or_overwrite_pinned_to_another_snapshot_fails_before_writing(spark, catalog_hook):
+    target, source = make_tables(spark)
+    head = head_id(catalog_hook, target)
+    rows = table_rows(catalog_hook, target)
+    daily = make_daily(spark)
+    daily_head, daily_before = head_id(catalog_hook, daily), daily_rows(catalog_hook, daily)
+    recompute = "SELECT :ds AS ds, id AS k, id * 100.0 AS v FROM range(3)"
+
+    with pytest.raises(SnapshotMismatchError, match=f"is at snapshot {head}, not at the expected snapshot 7"):
+        merge(spark, target, MergeSource(table=source), expected_snapshot_id=7)
+    with pytest.raises(SnapshotMismatchError, match=f"is at snapshot {daily_head}, not at the expected"):
+        overwrite(spark, daily, "2026-11-02", recompute, expected_snapshot_id=daily_head - 1)
+
+    assert (head_id(catalog_hook, target), table_rows(catalog_hook, target)) == (head, rows)
+    assert (head_id(catalog_hook, daily), daily_rows(catalog_hook, daily)) == (daily_head, daily_before)
+    # Pinned to the head it is at, the MERGE commits on top of it.
+    record = merge(spark, target, MergeSource(table=source), expected_snapshot_id=head)
+    assert record.outcome is Outcome.COMMITTED
+    assert load(catalog_hook, target).current_snapshot().parent_snapshot_id == head
 
 
 def test_an_empty_source_or_one_that_matches_nothing_commits_nothing(spark, catalog_hook):

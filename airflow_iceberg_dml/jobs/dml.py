@@ -19,7 +19,6 @@ from airflow_iceberg_dml.exceptions import (
     IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
-    SnapshotMismatchError,
 )
 from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
 from airflow_iceberg_dml.jobs.dml_group import Group, GroupCommit
@@ -27,6 +26,7 @@ from airflow_iceberg_dml.jobs.dml_impact import DmlImpact
 from airflow_iceberg_dml.jobs.dml_validation import DmlValidation
 from airflow_iceberg_dml.jobs.row_level import (
     apply_isolation_level,
+    check_pinned_head,
     commit_summary,
     earlier_commit,
     find_own_commit,
@@ -129,11 +129,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
     def _attempt(self, head_before: int | None) -> JobRecord:
         """One plan-and-commit from ``head_before``; a commit conflict makes ``run`` try again."""
         spec = self.spec
-        if spec.expected_snapshot_id is not None and head_before != spec.expected_snapshot_id:
-            raise SnapshotMismatchError(
-                f"{self.table_name} (ref {self.ref}) is at snapshot {head_before}, not at the expected "
-                f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned."
-            )
+        check_pinned_head(self.table_name, self.ref, head_before, spec.expected_snapshot_id)
         earlier = self._earlier_commit(head_before)
         if earlier is not None:
             log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")

@@ -22,13 +22,13 @@ from airflow_iceberg_dml.conflicts import ConflictRetry
 from airflow_iceberg_dml.exceptions import (
     IcebergDmlError,
     InvalidExpressionError,
-    SnapshotMismatchError,
 )
 from airflow_iceberg_dml.jobs import merge_errors
 from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
 from airflow_iceberg_dml.jobs.dml_impact import check_guards
 from airflow_iceberg_dml.jobs.row_level import (
     apply_isolation_level,
+    check_pinned_head,
     commit_summary,
     earlier_commit,
     resolve_write_mode,
@@ -161,11 +161,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
 
     def _attempt(self, head: int | None) -> JobRecord:
         spec = self.spec
-        if spec.expected_snapshot_id is not None and head != spec.expected_snapshot_id:
-            raise SnapshotMismatchError(
-                f"{self.table_name} (ref {self.ref}) is at snapshot {head}, not at the expected "
-                f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned."
-            )
+        check_pinned_head(self.table_name, self.ref, head, spec.expected_snapshot_id)
         earlier = self._earlier_commit(head)
         if earlier is not None:
             log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")

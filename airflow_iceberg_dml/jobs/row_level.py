@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
-from airflow_iceberg_dml.exceptions import WriteModeConflictError
+from airflow_iceberg_dml.exceptions import SnapshotMismatchError, WriteModeConflictError
 from airflow_iceberg_dml.jobs.runner import is_connect, log
 from airflow_iceberg_dml.spec import IsolationLevel, RunKey, WriteMode
 
@@ -129,3 +129,12 @@ def earlier_commit(
         return None
     earlier = state.history().ours(head, CommitMarks(run_key=run_key))
     return earlier[0] if earlier else None
+
+
+def check_pinned_head(table_name: str, ref: str, head: int | None, expected: int | None) -> None:
+    """Raise when the change was pinned (``expected_snapshot_id``) to a snapshot other than ``head``."""
+    if expected is not None and head != expected:
+        raise SnapshotMismatchError(
+            f"{table_name} (ref {ref}) is at snapshot {head}, not at the expected "
+            f"snapshot {expected}: the table changed since the change was planned."
+        )
