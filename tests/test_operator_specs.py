@@ -26,6 +26,8 @@ from airflow_iceberg_dml.operators.maintenance import (
     BaseIcebergMaintenanceOperator,
     IcebergExpireSnapshotsOperator,
 )
+from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+from airflow_iceberg_dml.operators.overwrite import IcebergOverwriteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import (
     Audits,
@@ -59,6 +61,19 @@ TABLE: Any = SimpleNamespace(
 def _update(**fields: Any) -> IcebergUpdateOperator:
     return IcebergUpdateOperator(
         task_id="fix", table="sales.orders", where="status = 'O'", set={"amount": "0"}, **fields
+    )
+
+
+def _merge(**fields: Any) -> IcebergMergeOperator:
+    return IcebergMergeOperator(
+        task_id="sync", table="sales.orders", source_table="sales.staged", on="t.order_id = s.order_id",
+        clauses=[{"when": "matched", "then": "update *"}], **fields,
+    )  # fmt: skip
+
+
+def _overwrite(**fields: Any) -> IcebergOverwriteOperator:
+    return IcebergOverwriteOperator(
+        task_id="recompute", table="sales.orders", where="status = 'O'", source_table="sales.staged", **fields
     )
 
 
@@ -135,8 +150,14 @@ def test_config_objects_are_embedded_unchanged():
     assert spec.commit_policy.isolation_level is IsolationLevel.SNAPSHOT
 
 
-def test_audits_given_as_an_object_are_still_rendered():
-    operator = _update(audits=Audits({"few": "SELECT count(*) < {{ params.limit }} FROM {table}"}, True))
+@pytest.mark.parametrize("make", [_update, _merge, _overwrite], ids=["update", "merge", "overwrite"])
+@pytest.mark.parametrize("as_object", [True, False], ids=["object", "dict"])
+def test_audits_are_rendered_on_every_operator_that_takes_them(make, as_object):
+    queries = {"few": "SELECT count(*) < {{ params.limit }} FROM {table}"}
+    given = (
+        {"audits": Audits(queries, True)} if as_object else {"audits": queries, "keep_failed_branch": True}
+    )
+    operator = make(**given)
     operator.render_template_fields({"params": {"limit": 5}})  # type: ignore[typeddict-item]
     assert operator.build_spec(CONTEXT, TABLE).audits == Audits(
         {"few": "SELECT count(*) < 5 FROM {table}"}, True

@@ -112,6 +112,7 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
         "snapshot_properties",
         "branch",
         "expected_snapshot_id",
+        "audits",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {
         "source_query": "sql",

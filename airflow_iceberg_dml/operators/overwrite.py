@@ -61,6 +61,7 @@ class IcebergOverwriteOperator(IcebergMergeOperator):
         "snapshot_properties",
         "branch",
         "expected_snapshot_id",
+        "audits",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {
         "where": "sql",
