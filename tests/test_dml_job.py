@@ -9,6 +9,7 @@ import pytest
 
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
+    ConcurrentCommitError,
     InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
@@ -17,8 +18,18 @@ from airflow_iceberg_dml.exceptions import (
     WriteModeConflictError,
 )
 from airflow_iceberg_dml.jobs.dml import DmlJob
+from airflow_iceberg_dml.jobs.runner import log_to
 from airflow_iceberg_dml.result import rows_deleted
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, Plan, RunKey, SummaryKey, WriteMode
+from airflow_iceberg_dml.spec import (
+    CommitPolicy,
+    DmlSpec,
+    JobKind,
+    Outcome,
+    Plan,
+    RunKey,
+    SummaryKey,
+    WriteMode,
+)
 from tests.conftest import CATALOG, create_orders_table, load, new_table_name
 
 if TYPE_CHECKING:
@@ -199,6 +210,43 @@ def test_update_every_row_rewrites_without_delete_files_even_on_partition_column
     assert all(r[3] == r[0] * 3.0 for r in rows)
     partitions = {p["partition"]["status"] for p in after.inspect.partitions().to_pylist()}
     assert partitions == {"o", "f", "p"}
+
+
+def test_an_append_during_an_update_of_every_row_fails_it_or_is_replanned_never_lost(
+    spark, catalog_hook, monkeypatch
+) -> None:
+    """Another writer appends after the job planned its rewrite: the rewrite's commit is validated from
+    the head it read, so it conflicts instead of overwriting the new row with the old snapshot's rows."""
+    name = create_orders_table(spark, new_table_name("rewrite_append"), rows=60)
+    overwrite = DmlJob._overwrite_everything
+    appended: list[int] = []
+    armed = [True]  # one append in each run, before its first commit
+
+    def another_writer_first(job: DmlJob, rows: Any, head_before: int, ref: str, plan: Plan) -> None:
+        if armed:
+            armed.clear()
+            appended.append(1000 + len(appended))
+            spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES ({appended[-1]}, 1, 'O', 10.0, 'late')")
+        overwrite(job, rows, head_before, ref, plan)
+
+    monkeypatch.setattr(DmlJob, "_overwrite_everything", another_writer_first)
+    update_all = {"where": "1 = 1", "assignments": {"amount": "amount * 2"}}
+
+    # No retry: the commit fails as a conflict, and the appended row is there, as it was written.
+    with pytest.raises(ConcurrentCommitError):
+        run(spark, name, JobKind.UPDATE, commit_policy=CommitPolicy(conflict_retries=0), **update_all)
+    rows = {row[0]: row[3] for row in pyiceberg_rows(load(catalog_hook, name))}
+    assert rows == {**{i: i * 1.5 for i in range(1, 61)}, 1000: 10.0}
+
+    # The default: re-planned from the new head, every row updated once, the appended one too.
+    armed.append(True)
+    lines: list[str] = []
+    with log_to(lines.append):
+        record = run(spark, name, JobKind.UPDATE, **update_all)
+    assert record.plan is Plan.REWRITE
+    assert any(line.startswith("Commit conflict (attempt 1 of ") for line in lines), lines
+    rows = {row[0]: row[3] for row in pyiceberg_rows(load(catalog_hook, name))}
+    assert rows == {**{i: i * 3.0 for i in range(1, 61)}, 1000: 20.0, 1001: 20.0}
 
 
 def test_constant_false_predicate_is_a_noop(spark, catalog_hook) -> None:
