@@ -7,6 +7,9 @@ walk every class the package defines through that whole path, with the job side'
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -84,3 +87,43 @@ def test_a_class_this_side_does_not_know_keeps_the_flag_the_job_sent(retryable, 
     assert type(error) is expected_class
     assert error.retryable is bool(retryable)
     assert str(error) == "ErrorOfANewerRelease: m"
+
+
+REPO = Path(__file__).resolve().parents[1]
+_NOT_RETRIED = re.compile(r"without retries|no retry|not retried|non-retryable")
+
+
+def _documented_as_not_retried() -> dict[str, set[str]]:
+    """The package's error classes the README and docs say fail the task without retries: named in the
+    line that says so, the rest of its paragraph, or the table that follows it (``file:line`` each)."""
+    found: dict[str, set[str]] = {}
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if not _NOT_RETRIED.search(line):
+                continue
+            block, after = [line], number + 1
+            while not line.startswith("|") and after < len(lines) and lines[after].strip():
+                if lines[after].startswith(("#", "|", "```")):
+                    break
+                block.append(lines[after])
+                after += 1
+            if not line.startswith("|") and lines[after + 1 : after + 2] and lines[after + 1].startswith("|"):
+                after += 1
+                while after < len(lines) and lines[after].startswith("|"):
+                    block.append(lines[after])
+                    after += 1
+            for name in re.findall(r"`(\w+Error)`", "\n".join(block)):
+                if isinstance(getattr(exceptions, name, None), type):
+                    found.setdefault(name, set()).add(f"{path.name}:{number + 1}")
+    return found
+
+
+def test_every_class_the_docs_say_is_not_retried_is_not_retryable():
+    documented = _documented_as_not_retried()
+    # The README and docs name at least these in such a line or table (the reader finds them all).
+    named = {"DataQualityCheckFailedError", "DuplicateSourceRowsError", "CatalogConnectionNotFoundError"}
+    assert named <= set(documented)
+    assert len(documented) >= 10, documented
+    retried = {name: where for name, where in documented.items() if getattr(exceptions, name).retryable}
+    assert retried == {}
