@@ -324,6 +324,32 @@ DUPLICATED = (
 )
 
 
+def test_the_guard_on_the_fraction_changed_fails_before_writing(spark, catalog_hook):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    expected_counts, _ = reference(TARGET_ROWS, SOURCE_ROWS)
+    fraction = sum(expected_counts) / len(TARGET_ROWS)
+
+    with pytest.raises(GuardExceededError, match=rf"touch {sum(expected_counts)} of 42 rows"):
+        merge(spark, target, MergeSource(table=source), guards=Guards(max_fraction_affected=fraction - 0.01))
+    assert head_id(catalog_hook, target) == before
+    # At the fraction it would touch, it commits.
+    record = merge(spark, target, MergeSource(table=source), guards=Guards(max_fraction_affected=fraction))
+    assert record.outcome is Outcome.COMMITTED
+
+
+def test_a_dry_run_reports_target_rows_paired_twice_instead_of_failing(spark, catalog_hook):
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+
+    record = merge(spark, target, MergeSource(query=DUPLICATED.format(source=source)), dry_run=True)
+
+    assert record.outcome is Outcome.DRY_RUN
+    # Source ids 2 and 3 twice each: two target rows, four source rows pair with them.
+    assert record.details["duplicate_matches"] == {"target_rows": 2, "source_rows": 4}
+    assert head_id(catalog_hook, target) == before
+
+
 @pytest.mark.parametrize(
     ("query", "on", "clauses", "error", "message"),
     [
@@ -584,6 +610,25 @@ def test_a_whole_files_overwrite_has_the_dry_run_guards_and_no_op_of_a_merge(spa
         [0, 0],
     )
     assert head_id(catalog_hook, name) == before
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("SELECT :ds AS ds, id AS k FROM range(3)", r"lacks \['v'\] and has none besides"),
+        ("SELECT :ds AS ds, id AS k, 1.0 AS v, 2 AS w FROM range(3)", r"lacks none and has \['w'\] besides"),
+    ],
+    ids=["a-column-missing", "a-column-more"],
+)
+def test_a_slice_overwrite_whose_source_has_other_columns_commits_nothing(
+    spark, catalog_hook, query, message
+):
+    name = make_daily(spark)
+    before = (head_id(catalog_hook, name), daily_rows(catalog_hook, name))
+
+    with pytest.raises(UnknownColumnError, match=message):
+        overwrite(spark, name, "2026-11-02", query)
+    assert (head_id(catalog_hook, name), daily_rows(catalog_hook, name)) == before
 
 
 def test_a_slice_overwrite_whose_rows_fall_outside_the_slice_commits_nothing(spark, catalog_hook):

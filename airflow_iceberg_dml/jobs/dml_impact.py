@@ -73,13 +73,14 @@ class DmlImpact:
 
 
 def check_guards(guards: Guards, matched: int, total: int, fraction: float) -> None:
-    """Fail, committing nothing, when ``matched`` rows of ``total`` (``fraction``) exceed a guard."""
+    """Fail, committing nothing, when ``matched`` rows of ``total`` exceed a guard. ``fraction`` (rounded)
+    is for the message; the guard compares the unrounded share, so exactly the allowed share passes."""
     if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
         raise GuardExceededError(
             f"The change would touch {matched} of {total} rows, more than "
             f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
         )
-    if guards.max_fraction_affected is not None and fraction > guards.max_fraction_affected:
+    if guards.max_fraction_affected is not None and total and matched / total > guards.max_fraction_affected:
         raise GuardExceededError(
             f"The change would touch {matched} of {total} rows ({fraction:.2%}), more than "
             f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."
