@@ -23,6 +23,7 @@ from airflow_iceberg_dml.result import rows_deleted
 from airflow_iceberg_dml.spec import (
     CommitPolicy,
     DmlSpec,
+    IsolationLevel,
     JobKind,
     Outcome,
     Plan,
@@ -247,6 +248,25 @@ def test_an_append_during_an_update_of_every_row_fails_it_or_is_replanned_never_
     assert any(line.startswith("Commit conflict (attempt 1 of ") for line in lines), lines
     rows = {row[0]: row[3] for row in pyiceberg_rows(load(catalog_hook, name))}
     assert rows == {**{i: i * 3.0 for i in range(1, 61)}, 1000: 20.0, 1001: 20.0}
+
+
+def test_an_isolation_level_asked_for_is_set_on_the_table_for_that_kind_of_change(
+    spark, catalog_hook
+) -> None:
+    name = create_orders_table(spark, new_table_name("isolation"), rows=60)
+    snapshot = CommitPolicy(isolation_level=IsolationLevel.SNAPSHOT)
+
+    run(spark, name, where="order_id = 1")  # none asked for: the table keeps Iceberg's default
+    assert not {key for key in load(catalog_hook, name).properties if key.endswith(".isolation-level")}
+    run(spark, name, where="order_id = 2", commit_policy=snapshot)
+    run(
+        spark, name, JobKind.UPDATE, where="order_id = 3", assignments={"amount": "0"}, commit_policy=snapshot
+    )
+
+    properties = load(catalog_hook, name).properties
+    levels = {key: value for key, value in properties.items() if key.endswith(".isolation-level")}
+    assert levels == {"write.delete.isolation-level": "snapshot", "write.update.isolation-level": "snapshot"}
+    assert [row[0] for row in pyiceberg_rows(load(catalog_hook, name))][:2] == [3, 4]
 
 
 def test_constant_false_predicate_is_a_noop(spark, catalog_hook) -> None:
