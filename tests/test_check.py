@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
+    CheckResultUnavailableError,
     InvalidCheckError,
     SnapshotNotFoundError,
     TableNotFoundError,
@@ -409,6 +410,16 @@ def test_a_query_value_is_a_count_only_when_it_is_a_whole_number():
 
 def _operator(**fields: Any) -> IcebergCheckOperator:
     return IcebergCheckOperator(**{"task_id": "check", "table": "db.t", **fields})
+
+
+def test_counts_left_in_a_remote_driver_fail_the_task_saying_where_to_run_checks():
+    """Cluster deploy mode: no record comes back (docs/checks.md, Engines)."""
+    operator = _operator(checks={"rows": {"kind": "row_count", "min_rows": 1}})
+    with pytest.raises(
+        CheckResultUnavailableError, match=r"db\.t ran in a remote driver .* over Spark Connect"
+    ):
+        operator.collect(cast("Any", None), cast("Any", None), None)
+    assert CheckResultUnavailableError.retryable is False
 
 
 def test_the_operator_builds_its_spec_from_either_form_of_checks():
