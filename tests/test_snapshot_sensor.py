@@ -510,6 +510,16 @@ def test_missing_table_or_ref_with_on_missing_fail(catalog_hook, orders, conditi
     waiting = IcebergSnapshotTrigger(mode="wait", poll_interval=0.1, **fields)
     assert asyncio.run(collect(waiting, 1, 0.5)) == []
 
+    # soft_fail: skipped instead (a poke, the deferrable sensor's first poke, the trigger's event).
+    for deferrable in (False, True):
+        soft = IcebergSnapshotSensor(
+            task_id="soft", on_missing="fail", soft_fail=True, deferrable=deferrable, timeout=5, **fields
+        )
+        with pytest.raises(AirflowSkipException):
+            soft.execute({})
+    with pytest.raises(AirflowSkipException):
+        soft.resume_execution("execute_complete", {"event": events[0].payload}, {})
+
 
 def test_unknown_newer_than_snapshot_fails_clearly(catalog_hook, orders):
     sensor = IcebergSnapshotSensor(task_id="s", table=orders, newer_than_snapshot_id=123, timeout=5)
