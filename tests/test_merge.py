@@ -32,6 +32,7 @@ from airflow_iceberg_dml.spec import (
     Outcome,
     Plan,
     RunKey,
+    WriteMode,
 )
 from tests.conftest import CATALOG, load, new_table_name
 
@@ -203,6 +204,25 @@ def test_every_clause_kind_gives_the_table_and_counts_sqlite_computes(spark, cat
     assert "deleted-data-files" not in summary
     if format_version == 3:
         assert int(summary.get("added-dvs", 0)) > 0
+
+
+@pytest.mark.parametrize("write_mode", [WriteMode.COPY_ON_WRITE, WriteMode.TABLE])
+def test_a_copy_on_write_merge_rewrites_files_and_gives_the_table_sqlite_computes(
+    spark, catalog_hook, write_mode
+):
+    """``write_mode="copy-on-write"``, or ``"table"`` on a table that sets none (Iceberg's default)."""
+    target, source = make_tables(spark)
+    expected_counts, expected_rows = reference(TARGET_ROWS, SOURCE_ROWS)
+
+    record = merge(spark, target, MergeSource(table=source), write_mode=write_mode)
+
+    assert (record.outcome, record.write_mode) == (Outcome.COMMITTED, "copy-on-write")
+    assert [clause["rows"] for clause in record.details["clauses"]] == expected_counts
+    assert table_rows(catalog_hook, target) == expected_rows
+    summary = load(catalog_hook, target).current_snapshot().summary.additional_properties
+    assert int(summary["deleted-data-files"]) > 0
+    assert "added-delete-files" not in summary
+    assert summary["total-delete-files"] == "0"
 
 
 def test_a_retry_of_the_same_run_key_commits_nothing_more(spark, catalog_hook):
