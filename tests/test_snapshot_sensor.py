@@ -526,6 +526,22 @@ def test_unknown_newer_than_snapshot_fails_clearly(catalog_hook, orders):
     with pytest.raises(AirflowFailException, match="newer_than_snapshot_id=123 is not a snapshot") as raised:
         sensor.execute({})
     assert isinstance(raised.value.__cause__, SnapshotNotFoundError)
+    # Deferred, the trigger ends with one failed event naming it, which fails the task without retries.
+    trigger = IcebergSnapshotTrigger(mode="wait", table=orders, newer_than_snapshot_id=123, poll_interval=0.1)
+    events = asyncio.run(collect(trigger, 2, 10))
+    assert [event.payload["status"] for event in events] == [SnapshotTriggerStatus.FAILED]
+    assert events[0].payload["error_type"] == "SnapshotNotFoundError"
+    with pytest.raises(AirflowFailException, match="newer_than_snapshot_id=123 is not a snapshot"):
+        sensor.execute_complete({}, events[0].payload)
+
+
+def test_the_trigger_doubles_its_interval_after_each_empty_poll_up_to_max_wait():
+    backoff = IcebergSnapshotTrigger(table="db.t", poll_interval=1, exponential_backoff=True, max_wait=5)
+    assert [backoff._interval(empty_polls) for empty_polls in range(1, 7)] == [1, 2, 4, 5, 5, 5]
+    unbounded = IcebergSnapshotTrigger(table="db.t", poll_interval=1, exponential_backoff=True)
+    assert unbounded._interval(4) == 8
+    steady = IcebergSnapshotTrigger(table="db.t", poll_interval=1, max_wait=5)
+    assert {steady._interval(empty_polls) for empty_polls in range(1, 7)} == {1}
 
 
 @pytest.mark.parametrize(
