@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_iceberg_dml.exceptions import InvalidSubjectsError
+from airflow_iceberg_dml.exceptions import ErasureIncompleteError, InvalidSubjectsError
 from airflow_iceberg_dml.hooks.erasure_storage import DEFAULT_REPORT_FOLDER, ErasureStorageHook
+from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator
 from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
 from airflow_iceberg_dml.spec import RunKey, SummaryKey
 from tests.conftest import free_port, load, new_table_name, run_dag, task_context, task_states, xcom_result
@@ -259,3 +261,41 @@ def test_a_path_is_reported_with_its_key_valued_folders_redacted():
         redacted(path, {"customer_id"})
         == "s3://lake/orders/data/Customer_ID=<redacted>/status=O/part-1.parquet"
     )
+
+
+@pytest.mark.parametrize("on_remaining", ["fail", "warn"])
+def test_erased_keys_left_fail_the_purge_or_with_on_remaining_warn_are_logged(monkeypatch, on_remaining):
+    """docs/erasure.md, keeping audit snapshots: never kept silently, whichever the choice."""
+    from types import SimpleNamespace
+
+    reported: list[str] = []
+    monkeypatch.setattr(BaseIcebergSparkJobOperator, "report", lambda *_: reported.append("events"))
+    left = {"file": "data/00001.parquet", "rows": 2, "referenced": True, "refs": ["audit"]}
+    check = {"clean": False, "remaining": [left]}
+    result: Any = {
+        "request_id": "r-1",
+        "report_path": "/reports/r-1.purge.json",
+        "tables": {"db.orders": {"status": "incomplete", "verification": check}},
+    }
+    pushed: list[dict[str, Any]] = []
+    run: Any = SimpleNamespace(context={"ti": SimpleNamespace(xcom_push=lambda **kw: pushed.append(kw))})
+    operator = IcebergEraseOperator(
+        task_id="purge",
+        tables={"db.orders": "o_custkey"},
+        subjects=[1],
+        mode="purge",
+        on_remaining=on_remaining,
+    )
+    where = r"db\.orders: data/00001\.parquet \(2 row\(s\), referenced by audit\)"
+    lines: list[str] = []
+    monkeypatch.setattr(operator.log, "warning", lambda text, *args: lines.append(text % args))
+
+    if on_remaining == "fail":
+        with pytest.raises(ErasureIncompleteError, match=where + r"\. Report: /reports/r-1\.purge\.json"):
+            operator.report(run, result)
+        assert (reported, [entry["key"] for entry in pushed], lines) == ([], ["erasure_report"], [])
+    else:
+        operator.report(run, result)
+        assert reported == ["events"]
+        assert len(lines) == 1
+        assert re.search(where + r".*on_remaining='warn'", lines[0]), lines
