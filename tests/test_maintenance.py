@@ -386,6 +386,25 @@ def test_expiry_removes_old_snapshots_and_only_files_no_kept_snapshot_needs(spar
     assert tagged == 600
 
 
+def test_a_manifest_rewrite_merges_the_manifests_of_many_appends_and_keeps_every_row(spark, catalog_hook):
+    name = create_orders_table(spark, new_table_name("manifests"), rows=60)
+    for batch in range(5):  # one manifest per append
+        spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES ({1000 + batch}, 1, 'O', 1.0, 'batch {batch}')")
+    before = load(catalog_hook, name)
+    rows_before = before.scan().to_arrow().sort_by("order_id")
+    manifests_before = len(before.current_snapshot().manifests(before.io))
+    assert manifests_before >= 6
+
+    record = run_spec(spark, MaintenanceSpec(catalog=CATALOG, table=name, calls=(RewriteManifestsCall(),)))
+
+    after = load(catalog_hook, name)
+    assert record.outcome is Outcome.COMMITTED, record.error_message
+    assert record.details["outputs"]["rewrite_manifests"]["rewritten_manifests_count"] == manifests_before
+    assert len(after.current_snapshot().manifests(after.io)) < manifests_before
+    assert after.current_snapshot().summary.operation.value == "replace"
+    assert after.scan().to_arrow().sort_by("order_id").equals(rows_before)
+
+
 def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("orphans"), rows=300)
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 20")
@@ -429,3 +448,27 @@ def test_dag_imports_and_wires_the_table_care_tasks():
     assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
     # Expiry runs after a compaction the health check skipped (docs/maintenance.md, the nightly DAG).
     assert dag.get_task("expire_snapshots").trigger_rule == "none_failed"
+
+
+@pytest.mark.parametrize(
+    ("rewrite_manifests", "manifests", "rewritten"),
+    [(None, 100, True), (None, 99, False), (True, 99, True), (False, 100, False)],
+)
+def test_rewrite_manifests_always_never_or_when_the_health_check_asks(
+    rewrite_manifests, manifests, rewritten
+):
+    """``rewrite_manifests``: True always, False never, None when the table has too many manifests."""
+    from types import SimpleNamespace
+
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    from tests.test_health import report
+
+    operator = IcebergCompactionOperator(task_id="c", table="db.t", rewrite_manifests=rewrite_manifests)
+    table: Any = SimpleNamespace(schema=Schema, sort_order=lambda: UNSORTED_SORT_ORDER)
+    health = report([], manifests=manifests)
+    calls = operator.procedure_calls(table, health, NOW)
+    assert any(isinstance(call, RewriteManifestsCall) for call in calls) is rewritten
+    # Nothing else to do: the task is skipped as not needed unless it rewrites the manifests.
+    assert (operator.not_needed_reason(health) is None) is rewritten

@@ -259,6 +259,8 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
         return calls
 
     def not_needed_reason(self, health: HealthReport) -> str | None:
+        if self.rewrite_manifests:  # asked for always: never skipped as healthy
+            return None
         wanted = [MaintenanceProcedure.REWRITE_DATA_FILES]
         if self.rewrite_manifests is not False:
             wanted.append(MaintenanceProcedure.REWRITE_MANIFESTS)
