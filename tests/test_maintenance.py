@@ -386,7 +386,13 @@ def test_expiry_removes_old_snapshots_and_only_files_no_kept_snapshot_needs(spar
     assert tagged == 600
 
 
-def test_a_manifest_rewrite_merges_the_manifests_of_many_appends_and_keeps_every_row(spark, catalog_hook):
+def test_manifests_rewritten_when_asked_of_a_healthy_table_by_a_remote_driver(spark, catalog_hook):
+    """``rewrite_manifests=True`` on a table healthy otherwise; the driver leaves no record (cluster deploy
+    mode): ``outputs`` is empty and the commit is found in the history by the run key."""
+    from airflow_iceberg_dml.operators.base import JobPlan, JobRun
+    from airflow_iceberg_dml.spec import RunKey
+    from tests.conftest import task_context
+
     name = create_orders_table(spark, new_table_name("manifests"), rows=60)
     for batch in range(5):  # one manifest per append
         spark.sql(f"INSERT INTO {CATALOG}.{name} VALUES ({1000 + batch}, 1, 'O', 1.0, 'batch {batch}')")
@@ -394,15 +400,22 @@ def test_a_manifest_rewrite_merges_the_manifests_of_many_appends_and_keeps_every
     rows_before = before.scan().to_arrow().sort_by("order_id")
     manifests_before = len(before.current_snapshot().manifests(before.io))
     assert manifests_before >= 6
+    operator = IcebergCompactionOperator(task_id="compact", table=name, rewrite_manifests=True)
+    run = JobRun(task_context(RunKey("dag_remote", "compact", "manual__1", -1)), catalog_hook)
 
-    record = run_spec(spark, MaintenanceSpec(catalog=CATALOG, table=name, calls=(RewriteManifestsCall(),)))
+    planned = operator.plan(run, before)
+    assert isinstance(planned, JobPlan), planned
+    assert [call.procedure for call in planned.spec.calls] == [MaintenanceProcedure.REWRITE_MANIFESTS]
+    record = run_spec(spark, planned.spec)  # in a remote driver, its record stays there
+    assert record.outcome is Outcome.COMMITTED, record.error_message
+    result = operator.collect(run, planned, None)
 
     after = load(catalog_hook, name)
-    assert record.outcome is Outcome.COMMITTED, record.error_message
-    assert record.details["outputs"]["rewrite_manifests"]["rewritten_manifests_count"] == manifests_before
     assert len(after.current_snapshot().manifests(after.io)) < manifests_before
     assert after.current_snapshot().summary.operation.value == "replace"
     assert after.scan().to_arrow().sort_by("order_id").equals(rows_before)
+    assert result["outputs"] == {}
+    assert result["committed_snapshot_ids"] == [str(after.current_snapshot().snapshot_id)]
 
 
 def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook):
