@@ -19,6 +19,7 @@ from airflow_iceberg_dml.exceptions import (
     UnsafeRetentionError,
     error_from_record,
 )
+from airflow_iceberg_dml.jobs import maintenance as maintenance_job
 from airflow_iceberg_dml.jobs.maintenance import run_spec
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.maintenance import (
@@ -418,7 +419,7 @@ def test_manifests_rewritten_when_asked_of_a_healthy_table_by_a_remote_driver(sp
     assert result["committed_snapshot_ids"] == [str(after.current_snapshot().snapshot_id)]
 
 
-def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook):
+def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook, monkeypatch):
     name = create_orders_table(spark, new_table_name("orphans"), rows=300)
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 20")
     table = load(catalog_hook, name)
@@ -427,9 +428,10 @@ def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook)
     five_days_ago = time.time() - 5 * 24 * 3600
     for path in referenced:  # old enough to be removed, were they orphans
         os.utime(path, (five_days_ago, five_days_ago))
-    old_orphan = location / "data" / "status=O" / "left-by-a-failed-write.parquet"
-    old_orphan.write_bytes(b"PAR1")
-    os.utime(old_orphan, (five_days_ago, five_days_ago))
+    old_orphans = [location / "data" / "status=O" / f"left-by-a-failed-write-{n}.parquet" for n in (1, 2)]
+    for old_orphan in old_orphans:
+        old_orphan.write_bytes(b"PAR1")
+        os.utime(old_orphan, (five_days_ago, five_days_ago))
     young_orphan = location / "data" / "status=O" / "write-in-progress.parquet"
     young_orphan.write_bytes(b"PAR1")
     three_days_ago_ms = int((time.time() - 3 * 24 * 3600) * 1000)
@@ -441,13 +443,19 @@ def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook)
     listed = remove(dry_run=True)
     assert listed.outcome is Outcome.NOOP, listed.error_message
     output = listed.details["outputs"]["remove_orphan_files"]
-    assert output["orphan_file_location"] == [f"file:{old_orphan}"]
-    assert old_orphan.exists()
+    assert sorted(output["orphan_file_location"]) == [f"file:{orphan}" for orphan in old_orphans]
+    assert all(orphan.exists() for orphan in old_orphans)
+    # The result lists the first 1,000 paths (here the first 1) and counts them all.
+    assert maintenance_job.MAX_LISTED_ORPHANS == 1000
+    monkeypatch.setattr(maintenance_job, "MAX_LISTED_ORPHANS", 1)
+    capped = remove(dry_run=True).details["outputs"]["remove_orphan_files"]
+    assert (capped["orphan_file_count"], len(capped["orphan_file_location"])) == (2, 1)
+    monkeypatch.undo()
 
     removed = remove(dry_run=False)
     assert removed.outcome is Outcome.COMMITTED
-    assert removed.details["outputs"]["remove_orphan_files"]["orphan_file_count"] == 1
-    assert not old_orphan.exists()
+    assert removed.details["outputs"]["remove_orphan_files"]["orphan_file_count"] == 2
+    assert not any(orphan.exists() for orphan in old_orphans)
     assert young_orphan.exists()
     assert all(Path(path).exists() for path in referenced)
     assert spark.sql(f"SELECT count(*) AS n FROM {CATALOG}.{name}").collect()[0].n == 281
