@@ -7,7 +7,7 @@ import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -286,3 +286,29 @@ def test_health_check_reads_no_data_file(spark, catalog_hook, tmp_path):
     finally:
         for path in data_files:
             shutil.move(tmp_path / path.name, path)
+
+
+def test_a_change_that_made_compaction_due_says_so_in_a_warning():
+    """README, the result's ``health``: the task log warns when the change made compaction due."""
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.operators.dml_report import log_dml_health
+
+    lines: list[tuple[str, str]] = []
+    log: Any = SimpleNamespace(
+        warning=lambda text, *args: lines.append(("warning", text % args)),
+        info=lambda text, *args: lines.append(("info", text % args)),
+    )
+    needs = {
+        "needs": ["rewrite_data_files"],
+        "reasons": {"rewrite_data_files": ["deleted ratio 0.25 >= 0.2"]},
+        "check_duration_s": 0.01,
+    }
+    log_dml_health(log, "db.orders", cast("Any", {"health": needs}))
+    healthy = {**needs, "needs": [], "data_files": 3, "delete_files": 1, "deleted_ratio": 0.05}
+    log_dml_health(log, "db.orders", cast("Any", {"health": healthy}))
+    log_dml_health(log, "db.orders", cast("Any", {"health": None}))
+
+    assert [level for level, _ in lines] == ["warning", "info"]
+    assert lines[0][1].startswith("db.orders now needs compaction (run IcebergCompactionOperator): deleted")
+    assert "no compaction needed" in lines[1][1]
