@@ -189,6 +189,39 @@ def test_zorder_with_where_rewrites_only_the_selected_partition(spark, catalog_h
     assert "zorder(`customer_id`, `amount`)" in (record.statement or "")
 
 
+@pytest.mark.parametrize("engine", ["classic", "connect"])
+def test_a_where_that_is_not_an_iceberg_filter_fails_naming_it_and_commits_nothing(
+    spark, catalog_hook, request, engine
+):
+    """docs/maintenance.md: ``where`` must convert to an Iceberg filter (no functions of columns). Spark's
+    analysis accepts it; the conversion (in the job, or in the ``CALL`` over Spark Connect) refuses it."""
+    name = orders_with_many_deletes(spark, "compact_bad_where")
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    operator = IcebergCompactionOperator(task_id="compact", table=name, where="upper(status) = 'O'")
+    spec = compaction_spec(operator, catalog_hook, name)
+
+    if engine == "connect":
+        from airflow_iceberg_dml.exceptions import InvalidPredicateError
+        from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+        from tests.conftest import CONNECT_CONN_ID
+
+        request.getfixturevalue("connect_server")
+        with pytest.raises(InvalidPredicateError, match=r"where=\"upper\(status\) = 'O'\" cannot be used"):
+            IcebergSparkConnectHook(CONNECT_CONN_ID).submit(spec, catalog_hook.catalog_config, "bad_where")
+        assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+        return
+    record = run_spec(spark, spec)
+
+    assert (record.outcome, record.error_type, record.retryable) == (
+        Outcome.FAILED,
+        "InvalidPredicateError",
+        False,
+    )
+    assert record.error_message.startswith("where=\"upper(status) = 'O'\" cannot be used to select files")
+    assert "Cannot convert Spark filter" in record.error_message
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
 def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatch):
     """No Spark application: the Spark connection points at a master that does not exist."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", "spark://192.0.2.1:7077")

@@ -29,19 +29,15 @@ from typing import TYPE_CHECKING, Any
 from airflow_iceberg_dml import procedures, sql
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.conflicts import ConflictRetry
-from airflow_iceberg_dml.exceptions import (
-    InvalidMaintenanceOptionError,
-    InvalidPredicateError,
-    UnknownColumnError,
-)
+from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError, UnknownColumnError
 from airflow_iceberg_dml.jobs import spark_internals
+from airflow_iceberg_dml.jobs.maintenance_errors import bad_input, unusable_where
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_condition,
     error_message,
     functions,
     is_connect,
-    java_causes,
     log,
     run_job,
     run_main,
@@ -167,9 +163,9 @@ class MaintenanceJob:
         Over Spark Connect the predicate is analysed against the table here, and converted by the
         ``CALL`` procedure itself.
         """
-        from pyspark.errors import AnalysisException, ParseException
+        from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
 
-        errors: tuple[type[Exception], ...] = (AnalysisException, ParseException)
+        errors: tuple[type[Exception], ...] = (AnalysisException, ParseException, IllegalArgumentException)
         try:
             if self.connect:
                 self.spark.table(self.target).where(functions(self.spark).expr(where)).schema  # noqa: B018
@@ -181,10 +177,7 @@ class MaintenanceJob:
         except errors as error:
             if error_condition(error).startswith("UNRESOLVED_COLUMN"):
                 raise UnknownColumnError(f"where={where!r}: unknown column. {error_message(error)}") from None
-            raise InvalidPredicateError(
-                f"where={where!r} cannot be used to select files: {error_message(error).splitlines()[0]} "
-                "(use comparisons, IN, IS NULL, AND/OR/NOT on columns, ideally partition columns)."
-            ) from None
+            raise unusable_where(where, error_message(error)) from None
 
     # -- procedures --------------------------------------------------------------------------------
 
@@ -376,15 +369,7 @@ def _deleted_files(outputs: dict[str, dict[str, Any]]) -> int:
 
 def run_spec(spark: SparkSession, spec: MaintenanceSpec) -> JobRecord:
     """Run one spec on ``spark`` and return its record; errors become a FAILED record."""
-    return run_job(spark, lambda: MaintenanceJob(spark, spec).run(), _invalid_options)
-
-
-def _invalid_options(error: Exception) -> InvalidMaintenanceOptionError | None:
-    """Iceberg's own option check failed: the options are bad, not the run."""
-    causes = java_causes(error)
-    if causes and "Cannot use options" in causes[-1][1]:
-        return InvalidMaintenanceOptionError(causes[-1][1])
-    return None
+    return run_job(spark, lambda: MaintenanceJob(spark, spec).run(), lambda error: bad_input(spec, error))
 
 
 def _app_name(spec: MaintenanceSpec) -> str:
