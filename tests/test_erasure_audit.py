@@ -93,6 +93,19 @@ def test_the_deployment_setting_and_the_operator_choose_the_report_folder(
     assert storage.write_report(str(tmp_path / "task"), _report()).startswith(f"{tmp_path}/task/req-7.erase.")
 
 
+def test_with_a_warehouse_named_not_located_reports_go_two_levels_above_the_first_table(monkeypatch):
+    """A REST catalog's warehouse is a name: the folder is the tables' namespace's parent, not a table's."""
+    from types import SimpleNamespace
+
+    monkeypatch.delenv("AIRFLOW__ICEBERG_DML__ERASURE_REPORT_LOCATION", raising=False)
+    catalog: Any = SimpleNamespace(catalog_config=SimpleNamespace(properties={"warehouse": "analytics"}))
+    storage = ErasureStorageHook(catalog, "sales.orders")
+    orders = SimpleNamespace(location=lambda: "s3://lake/warehouse/sales/orders/")
+    monkeypatch.setattr(storage, "_table", lambda: orders)
+    assert storage.report_folder(None) == f"s3://lake/warehouse/{DEFAULT_REPORT_FOLDER}"
+    assert storage.report_folder("s3://audit/reports/") == "s3://audit/reports"
+
+
 _KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
