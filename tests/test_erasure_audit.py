@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -312,3 +312,27 @@ def test_erased_keys_left_fail_the_purge_or_with_on_remaining_warn_are_logged(mo
         assert reported == ["events"]
         assert len(lines) == 1
         assert re.search(where + r".*on_remaining='warn'", lines[0]), lines
+
+
+def test_with_another_file_io_the_layers_are_reported_not_checked_and_the_purge_is_not_clean():
+    """docs/erasure.md: the layers are listed through pyarrow's FileIO; with another, the verdict says so."""
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
+    from airflow_iceberg_dml.erasure_report import remaining_places
+
+    salt = new_salt()
+    table = SimpleNamespace(io=SimpleNamespace(), location=lambda: "s3://lake/sales/orders")
+    catalog: Any = SimpleNamespace(load_table=lambda name: table)
+    entry: Any = {"column": "o_custkey", "verification": {"clean": True, "remaining": []}}
+    spec: Any = SimpleNamespace(digest_salt=salt, orphan_grace_ms=0)
+
+    deleted = ErasureStorageHook(catalog, "sales.orders").check_layers(
+        "sales.orders", entry, KeyDigests.of([7], salt), spec
+    )
+
+    assert deleted == []
+    assert entry["verification"]["clean"] is False
+    assert "not SimpleNamespace" in entry["verification"]["layers"]["not_checked"]
+    places = remaining_places(cast("Any", {"tables": {"sales.orders": entry}}))
+    assert "sales.orders: the metadata layers were not checked (the layer check lists storage" in places
