@@ -336,3 +336,34 @@ def test_with_another_file_io_the_layers_are_reported_not_checked_and_the_purge_
     assert "not SimpleNamespace" in entry["verification"]["layers"]["not_checked"]
     places = remaining_places(cast("Any", {"tables": {"sales.orders": entry}}))
     assert "sales.orders: the metadata layers were not checked (the layer check lists storage" in places
+
+
+def test_a_leftover_whose_delete_fails_is_reported_and_the_purge_is_not_clean():
+    """docs/erasure.md: an unreferenced file the task could not delete stays in the verdict, never dropped."""
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.erasure_report import remaining_places
+
+    stays, goes = "s3://lake/sales/orders/data/stuck.parquet", "s3://lake/sales/orders/data/old.parquet"
+    present = {stays, goes}
+    io = SimpleNamespace(
+        delete=lambda path: present.discard(path) if path != stays else None,  # the storage refuses one
+        new_input=lambda path: SimpleNamespace(exists=lambda: path in present),
+    )
+    catalog: Any = SimpleNamespace(load_table=lambda name: SimpleNamespace(io=io))
+    day_ago = int(time.time() * 1000) - 24 * 3600 * 1000
+    check = {
+        "clean": True,
+        "remaining": [],
+        "unreferenced": [{"file": f, "modified_ms": day_ago} for f in present],
+    }
+    tables: Any = {"sales.orders": {"verification": check}}
+
+    deleted = ErasureStorageHook(catalog, "sales.orders").delete_leftovers(tables, grace_ms=3600 * 1000)
+
+    assert deleted == [goes]
+    assert check["clean"] is False
+    assert [(item["file"], item.get("delete_failed")) for item in check["remaining"]] == [(stays, True)]
+    assert remaining_places(cast("Any", {"tables": tables})) == (
+        f"sales.orders: {stays} (not read, its delete failed, on storage, referenced by no snapshot)"
+    )
