@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import pyarrow.compute as pc
 import pytest
@@ -104,3 +105,65 @@ def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark,
     assert _increments(catalog_hook, name) == {len(KILLS_PER_CHANGE)}
     assert load(catalog_hook, name).scan().to_arrow().num_rows == 600
     print(f"kill times (s): {kill_times}; orphan files removed: {len(removed)}")
+
+
+@pytest.mark.parametrize(
+    ("connection", "submit_output", "kill_command"),
+    [
+        (
+            {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}},
+            "INFO Client: Submitted application application_1764400000000_0042",
+            "yarn application -kill application_1764400000000_0042",
+        ),
+        (
+            {
+                "conn_type": "spark",
+                "host": "spark://10.0.0.5",
+                "port": 7077,
+                "extra": {"deploy-mode": "cluster"},
+            },
+            "INFO RestSubmissionClient: Submission successfully created as driver-20261129074900-0003.",
+            "/v1/submissions/kill/driver-20261129074900-0003",  # the provider uses the REST endpoint
+        ),
+    ],
+    ids=["yarn", "standalone"],
+)
+def test_on_kill_stops_a_remote_driver_through_the_spark_provider(
+    monkeypatch, connection, submit_output, kill_command
+):
+    """reliability.md, ``on_kill``: the driver named in spark-submit's output (a YARN application, a
+    standalone cluster's driver) is killed the provider's way; the spark-submit process is stopped too."""
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.hooks.spark_submit import _RoutedSparkSubmitHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_REMOTE", json.dumps(connection))
+    commands: list[list[str]] = []
+
+    class Recorded:
+        def __init__(self, command: list[str], **_: object) -> None:
+            commands.append(list(command))
+
+        def __enter__(self) -> Recorded:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            return None
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    provider = _RoutedSparkSubmitHook(default_master=None, conn_id="spark_remote")
+    provider._process_spark_submit_log(iter([submit_output]))
+    killed: list[str] = []
+    provider._submit_sp = cast("Any", SimpleNamespace(poll=lambda: None, kill=lambda: killed.append("sp")))
+    hook = IcebergSparkSubmitHook("spark_remote")
+    hook._submit_hook = provider
+
+    hook.on_kill()
+
+    assert killed == ["sp"]
+    assert any(" ".join(command).endswith(kill_command) for command in commands), commands
