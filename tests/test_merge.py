@@ -593,13 +593,33 @@ def test_a_commit_to_the_slice_during_a_whole_files_overwrite_is_a_conflict_that
     assert day == [(k, k * 100.0) for k in range(3)]
 
 
-def test_a_slice_overwrite_that_splits_files_is_a_row_level_merge(spark, catalog_hook):
+def test_a_slice_overwrite_that_splits_files_is_a_row_level_merge(spark, catalog_hook, monkeypatch):
     """A day of a month-partitioned table: the month's files hold other days, so rows are deleted."""
     name = make_partitioned_daily(spark, "months(d)")
     recompute = "SELECT :ds AS ds, CAST(:ds AS DATE) AS d, id AS k, id * 100.0 AS v FROM range(3)"
     before = daily_rows(catalog_hook, name)
+    run_sql, merges = spark.sql, []
 
+    def sql(text: str, *args: Any, **kwargs: Any) -> Any:
+        if text.lstrip().startswith("MERGE INTO"):
+            merges.append(text)
+        return run_sql(text, *args, **kwargs)
+
+    monkeypatch.setattr(spark, "sql", sql)
     record = overwrite(spark, name, "2026-11-02", recompute)
+    monkeypatch.undo()
+
+    # docs/merge.md: the MERGE pairs rows through a hash join, not the nested loop of ON FALSE.
+    assert len(merges) == 1
+    plan = "\n".join(row[0] for row in spark.sql("EXPLAIN " + merges[0]).collect())
+    assert "NestedLoopJoin" not in plan, plan
+    assert "HashJoin" in plan or "SortMergeJoin" in plan, plan
+    day_rows = recompute.replace(":ds", "'2026-11-02'")
+    on_false = (
+        f"EXPLAIN MERGE INTO {CATALOG}.{name} t USING ({day_rows}) s ON FALSE "
+        "WHEN NOT MATCHED THEN INSERT * WHEN NOT MATCHED BY SOURCE AND t.ds = '2026-11-02' THEN DELETE"
+    )
+    assert "NestedLoopJoin" in "\n".join(row[0] for row in spark.sql(on_false).collect())  # what it avoids
 
     assert (record.outcome, record.plan, record.write_mode) == (
         Outcome.COMMITTED,
