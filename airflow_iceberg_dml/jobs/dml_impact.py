@@ -69,18 +69,19 @@ class DmlImpact:
         }
 
     def _check_guards(self, impact: Mapping[str, Any]) -> None:
-        check_guards(self.spec.guards, impact["rows_matched"], impact["rows_total"], impact["fraction"])
+        check_guards(self.spec.guards, impact["rows_matched"], impact["rows_total"])
 
 
-def check_guards(guards: Guards, matched: int, total: int, fraction: float) -> None:
-    """Fail, committing nothing, when ``matched`` rows of ``total`` exceed a guard. ``fraction`` (rounded)
-    is for the message; the guard compares the unrounded share, so exactly the allowed share passes."""
+def check_guards(guards: Guards, matched: int, total: int) -> None:
+    """Fail, committing nothing, when ``matched`` rows of ``total`` exceed a guard (the share compared
+    unrounded, so exactly the allowed share passes)."""
     if guards.max_rows_affected is not None and matched > guards.max_rows_affected:
         raise GuardExceededError(
             f"The change would touch {matched} of {total} rows, more than "
             f"max_rows_affected={guards.max_rows_affected}. Nothing was committed."
         )
-    if guards.max_fraction_affected is not None and total and matched / total > guards.max_fraction_affected:
+    fraction = matched / total if total else 0.0
+    if guards.max_fraction_affected is not None and fraction > guards.max_fraction_affected:
         raise GuardExceededError(
             f"The change would touch {matched} of {total} rows ({fraction:.2%}), more than "
             f"max_fraction_affected={guards.max_fraction_affected:.2%}. Nothing was committed."

@@ -161,11 +161,12 @@ class MaintenanceJob:
         """The Iceberg expression of a Spark SQL predicate, as ``rewrite_data_files`` converts it.
 
         Over Spark Connect the predicate is analysed against the table here, and converted by the
-        ``CALL`` procedure itself.
+        ``CALL`` procedure itself. A predicate Spark accepts but cannot convert (a function of a
+        column) is named as bad input by :func:`.maintenance_errors.bad_input`, on either engine.
         """
-        from pyspark.errors import AnalysisException, IllegalArgumentException, ParseException
+        from pyspark.errors import AnalysisException, ParseException
 
-        errors: tuple[type[Exception], ...] = (AnalysisException, ParseException, IllegalArgumentException)
+        errors: tuple[type[Exception], ...] = (AnalysisException, ParseException)
         try:
             if self.connect:
                 self.spark.table(self.target).where(functions(self.spark).expr(where)).schema  # noqa: B018

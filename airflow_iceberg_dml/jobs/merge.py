@@ -274,7 +274,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         guards = self.spec.guards
         if guards.active:
             total, changed = self._live_rows(head), sum(counts)
-            check_guards(guards, changed, total, round(changed / total, 6) if total else 0.0)
+            check_guards(guards, changed, total)
 
     def _change_is_certain(self, head: int | None) -> bool:
         """Whether the MERGE can run without the count: nothing needs it before (no dry run, no guard),

@@ -262,7 +262,7 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
         if self.rewrite_manifests:  # asked for always: never skipped as healthy
             return None
         wanted = [MaintenanceProcedure.REWRITE_DATA_FILES]
-        if self.rewrite_manifests is not False:
+        if self.rewrite_manifests is None:
             wanted.append(MaintenanceProcedure.REWRITE_MANIFESTS)
         if health.needs_any(wanted):
             return None
