@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from airflow_iceberg_dml.exceptions import InvalidTableNameError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -15,10 +17,11 @@ def quote_identifier(name: str) -> str:
 
 
 def split_table_name(table: str) -> list[str]:
-    """Split ``namespace.table`` (or ``a.b.table`` for nested namespaces) into its parts."""
+    """Split ``namespace.table`` (or ``a.b.table`` for nested namespaces) into its parts, or raise
+    :class:`~airflow_iceberg_dml.exceptions.InvalidTableNameError` (a ``ValueError``) naming it."""
     parts = table.split(".")
     if len(parts) < 2 or any(not part.strip() for part in parts):
-        raise ValueError(
+        raise InvalidTableNameError(
             f"Table name {table!r} must be 'namespace.table' (the catalog comes from the connection)."
         )
     return parts

@@ -109,3 +109,26 @@ def test_mistyped_connection_fails_every_task_at_once_without_retries(catalog_ho
     assert output.count(f"CatalogConnectionNotFoundError: The Airflow connection {MISTYPED_CONN_ID!r}") >= 3
     assert f"airflow connections add {MISTYPED_CONN_ID}" in output
     assert "TableNotFoundError" not in output
+
+
+def test_a_table_name_rendered_without_namespace_fails_each_task_naming_it_without_retries(
+    catalog_hook, airflow_db, capfd
+):
+    """docs/reliability.md: a templated name that renders without its namespace fails the task with
+    InvalidTableNameError naming it, not pyiceberg's empty namespace or a table that seems missing."""
+    from tests.dags.missing_connection_test_dag import rendered_name_dag
+
+    dag_run = run_dag(rendered_name_dag, table="orders")
+
+    tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    # Failed at their first try, although each task has two retries: the name is bad input.
+    tasks = ("delete", "update", "merge", "compact", "check", "wait")
+    assert {task_id: (ti.state, ti.try_number) for task_id, ti in tis.items()} == dict.fromkeys(
+        tasks, ("failed", 1)
+    )
+    assert tis["wait"].duration < 30  # at its first poke, not at its 60 s timeout
+    output = "".join(capfd.readouterr())
+    named = "InvalidTableNameError: Table name 'orders' must be 'namespace.table'"
+    assert output.count(named) >= len(tis), output[-3000:]
+    assert "TableNotFoundError" not in output
+    assert "NoSuchTableError" not in output

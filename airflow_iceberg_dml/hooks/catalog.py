@@ -17,7 +17,6 @@ from airflow_iceberg_dml.commits import CommitMarks, ours
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogConnectionNotFoundError,
-    InvalidTableNameError,
     TableNotFoundError,
 )
 from airflow_iceberg_dml.result import summary_of
@@ -101,10 +100,7 @@ class IcebergCatalogHook(IcebergHook):
 
     def load_table(self, table_name: str) -> Table:
         """Load a table by ``namespace.table``, or raise :class:`TableNotFoundError`."""
-        try:
-            split_table_name(table_name)
-        except ValueError as error:
-            raise InvalidTableNameError(str(error)) from None
+        split_table_name(table_name)  # InvalidTableNameError
         try:
             return self.catalog.load_table(table_name)
         except (NoSuchTableError, NoSuchNamespaceError):

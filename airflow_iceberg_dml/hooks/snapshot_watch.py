@@ -43,6 +43,7 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.snapshot_filter import MAIN_BRANCH, SnapshotFilter, SnapshotInfo
 from airflow_iceberg_dml.snapshot_walk import WatchState, baseline, walk
+from airflow_iceberg_dml.sql import split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -229,6 +230,7 @@ class SnapshotWatcher:
     """Polls one ref of one table and keeps, between polls, what it has already seen.
 
     Not thread-safe; one per sensor or trigger. Each :meth:`poll` raises
+    :class:`~airflow_iceberg_dml.exceptions.InvalidTableNameError` (no namespace),
     :class:`~airflow_iceberg_dml.exceptions.TableNotFoundError`,
     :class:`~airflow_iceberg_dml.exceptions.BranchNotFoundError` (ref missing),
     :class:`~airflow_iceberg_dml.exceptions.SnapshotNotFoundError` (``newer_than_snapshot_id`` unknown),
@@ -269,6 +271,8 @@ class SnapshotWatcher:
         return self._reader
 
     def _read_pointer(self) -> PointerRead:
+        if self._reader is None:
+            split_table_name(self.table_name)  # InvalidTableNameError, not pyiceberg's empty namespace
         try:
             if self._reader is None:
                 source = self._catalog_source

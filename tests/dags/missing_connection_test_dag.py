@@ -1,4 +1,5 @@
-"""DAG run by tests/test_catalog_connection.py: every kind of task, given a mistyped catalog connection."""
+"""DAGs run by tests/test_catalog_connection.py: every kind of task, given a mistyped catalog connection, or
+a table name that renders without its namespace."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG
 
+from airflow_iceberg_dml.operators.check import IcebergCheckOperator
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.sensors.snapshot import IcebergSnapshotSensor
 
 #: One letter off ``iceberg_default``. It used to mean the embedded catalog under another catalog name, so an
@@ -27,3 +31,26 @@ with DAG(
     IcebergSnapshotSensor(
         task_id="wait", table=TABLE, catalog_conn_id=MISTYPED_CONN_ID, poke_interval=1, timeout=60
     )
+
+with DAG(
+    "rendered_table_name_test",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+    params={"table": TABLE},
+) as rendered_name_dag:
+    rendered = "{{ params.table }}"
+    IcebergDeleteOperator(task_id="delete", table=rendered, where="id < 2")
+    IcebergUpdateOperator(task_id="update", table=rendered, where="id < 2", set={"id": "id + 100"})
+    IcebergMergeOperator(
+        task_id="merge",
+        table=rendered,
+        source_table=TABLE,
+        on="t.id = s.id",
+        clauses=[{"when": "matched", "then": "delete"}],
+    )
+    IcebergCompactionOperator(task_id="compact", table=rendered)
+    IcebergCheckOperator(
+        task_id="check", table=rendered, checks={"some": {"kind": "row_count", "min_rows": 1}}
+    )
+    IcebergSnapshotSensor(task_id="wait", table=rendered, poke_interval=1, timeout=60)
