@@ -52,6 +52,9 @@ ICEBERG_COMMIT_EXCEPTIONS: dict[str, FailureKind] = {
 #: a concurrent expiry (a purge's of its own intermediate commits) removed it. Nothing was committed,
 #: and a re-plan starts from the new head, so it is a conflict too.
 _EXPIRED_START = re.compile(r"Snapshot -?\d+ is not an ancestor of -?\d+")
+#: ``rewrite_data_files`` with partial progress: more file groups' commits failed than
+#: ``partial-progress.max-failed-commits`` allows. The other groups committed; a re-plan takes the rest.
+_GROUP_COMMITS_FAILED = re.compile(r"partial-progress\.enabled is true but \d+ rewrite commits failed")
 
 
 #: A Spark Connect error's message starts with the server-side class: ``(org.apache...Exception) ...``.
@@ -150,6 +153,11 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
             return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line}"
         if kind == "IllegalArgumentException" and _EXPIRED_START.search(message):
             return FailureKind.COMMIT_CONFLICT, f"{kind}: {first_line} (expired while the change ran)"
+        if _GROUP_COMMITS_FAILED.search(message):
+            return (
+                FailureKind.COMMIT_CONFLICT,
+                f"{kind}: {first_line.split('. ', 1)[0]} (the others committed)",
+            )
     return None
 
 

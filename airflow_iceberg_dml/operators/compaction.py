@@ -81,7 +81,9 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
     :param delete_ratio_threshold: Rewrite a data file whose deleted rows reach this fraction of its
         rows (default: ``health_thresholds.max_deleted_ratio``, 0.1).
     :param partial_progress: Commit file groups as they finish (``partial-progress.enabled``): a
-        conflict or failure then costs one group, not the whole rewrite.
+        conflict or failure then costs one group, not the whole rewrite. A group whose commit fails is
+        planned again with the files still to compact, within ``conflict_retries``
+        (``partial-progress.max-failed-commits`` is 0 unless ``options`` sets it).
     :param max_concurrent_file_group_rewrites: File groups rewritten in parallel.
     :param min_input_files: Rewrite a group of small files only when it has this many (Iceberg's
         default 5).
@@ -201,6 +203,10 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
         fold_all = self.force or thresholds.max_files_with_deletes_ratio is not None
         options.setdefault("delete-file-threshold", 1 if fold_all else thresholds.delete_file_threshold)
         options.setdefault("delete-ratio-threshold", thresholds.max_deleted_ratio)
+        if str(options.get("partial-progress.enabled", "")).lower() == "true":
+            # Iceberg only logs a file group whose commit failed; at 0 the rewrite then fails, after the
+            # other groups committed, and the job plans again for the files left.
+            options.setdefault("partial-progress.max-failed-commits", 0)
         return options
 
     def procedure_calls(self, table: Table, health: HealthReport, now: datetime) -> list[ProcedureCall]:
