@@ -45,6 +45,8 @@ BASE = 9_000_000
 SUBJECTS = [BASE + 3, BASE + 17, BASE + 42]
 ORDERS = 2000
 ITEMS_PER_ORDER = 4
+#: Table settings the purge changes for its own commits and puts back (docs/erasure.md, steps 4 and 5).
+OWN_SETTINGS = {"commit.manifest.target-size-bytes": "8388608", "write.metadata.previous-versions-max": "50"}
 
 
 def create_tables(spark: Any, variant: str) -> tuple[str, str]:
@@ -85,6 +87,19 @@ def create_tables(spark: Any, variant: str) -> tuple[str, str]:
         f"CAST(id % 2 AS INT) + 1 AS quantity FROM range(0, {ORDERS * ITEMS_PER_ORDER})"
     ).repartition(3).writeTo(f"{CATALOG}.{items}").append()
     return orders, items
+
+
+def tag_and_own_settings(spark: Any, orders: str) -> None:
+    """A tag the purge drops (it is not protected), and the table's own values of what the purge sets
+    for its own commits."""
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE TAG nightly")
+    for key, value in OWN_SETTINGS.items():
+        spark.sql(f"ALTER TABLE {CATALOG}.{orders} SET TBLPROPERTIES ('{key}' = '{value}')")
+
+
+def settings_the_purge_sets(catalog_hook: Any, name: str) -> dict[str, str]:
+    properties = load(catalog_hook, name).properties
+    return {key: value for key, value in properties.items() if key in OWN_SETTINGS or "metadata" in key}
 
 
 def erased_orders() -> set[int]:
@@ -172,7 +187,7 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
     from tests.dags import erasure_test_dag
 
     orders, items = create_tables(spark, variant)
-    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE TAG nightly")  # not protected: the purge drops it
+    tag_and_own_settings(spark, orders)
     locations = {name: load(catalog_hook, name).location() for name in (orders, items)}
     gone = erased_orders()
 
@@ -202,9 +217,10 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
         assert entry["erasure_snapshots"] == [erased["tables"][name]["commits"]["main"]]
         assert 0 < entry["data_files_with_erased_rows"] <= entry["data_files_rewritten"]
         assert entry["snapshots_expired"] >= 2
-        # Iceberg deleted the earlier metadata versions, and the table has its own settings back.
+        # Iceberg deleted the earlier metadata versions, and the table has its own settings back: the
+        # manifests' target size and the metadata history, as set (orders) or unset (items).
         assert entry["metadata_versions_dropped"] >= 3
-        assert not {key for key in load(catalog_hook, name).properties if key.startswith("write.metadata.")}
+        assert settings_the_purge_sets(catalog_hook, name) == (OWN_SETTINGS if name == orders else {})
         assert entry["verification"]["clean"] is True
         assert entry["verification"]["keys_checked"] == (len(SUBJECTS) if name == orders else len(gone))
         # The tables had no delete file before the erasure: what the purge removed is what the erasure
@@ -350,6 +366,45 @@ def test_the_erasure_commits_carry_the_request_the_run_and_the_deadline(
     assert entry["status"] == "not-due"
     assert entry["next_deadline"] == "2026-12-23T00:00:00Z"
     assert load(catalog_hook, orders).current_snapshot().snapshot_id == snapshot.snapshot_id
+
+
+def test_a_retry_finds_the_keys_of_a_table_reached_through_one_this_run_already_erased(spark, catalog_hook):
+    """docs/erasure.md: a retry reads the items' keys from the orders as they were before this run erased
+    them (a first try that committed both and was lost before it reported), not from today's orders."""
+    orders, items = create_tables(spark, "v2_unpartitioned")
+    run_key = RunKey("dag", "erase", "run-through")
+
+    def attempt(try_number: int) -> dict[str, Any]:
+        spec = ErasureSpec(
+            mode=ErasureMode.ERASE,
+            catalog=CATALOG,
+            erasure_id="req-through",
+            targets=(
+                ErasureTarget(items, "order_id", orders, "order_id", "customer_id"),
+                ErasureTarget(orders, "customer_id"),
+            ),
+            subjects=tuple(SUBJECTS),
+            run_key=run_key,
+            snapshot_properties=run_key.summary_properties(try_number),
+        )
+        record = run_spec(spark, spec)
+        assert record.outcome is Outcome.COMMITTED, record.error_message
+        return dict(record.details["tables"])
+
+    first = attempt(1)
+    heads = {name: load(catalog_hook, name).current_snapshot().snapshot_id for name in (orders, items)}
+    retry = attempt(2)
+
+    gone = erased_orders()
+    assert first[items]["keys"] == retry[items]["keys"] == len(gone)
+    assert retry[items]["commits"] == first[items]["commits"] == {"main": str(heads[items])}
+    assert retry[orders]["commits"] == first[orders]["commits"] == {"main": str(heads[orders])}
+    for name in (orders, items):  # the retry committed nothing
+        assert load(catalog_hook, name).current_snapshot().snapshot_id == heads[name]
+    # Read back with pyiceberg: exactly the subjects' orders and their items are gone.
+    assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
+    items_left = [item for item in range(ORDERS * ITEMS_PER_ORDER) if item // ITEMS_PER_ORDER + 1 not in gone]
+    assert live(catalog_hook, items, "item_id") == items_left
 
 
 def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_is_deleted(
