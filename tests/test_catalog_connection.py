@@ -111,14 +111,21 @@ def test_mistyped_connection_fails_every_task_at_once_without_retries(catalog_ho
     assert "TableNotFoundError" not in output
 
 
-def test_a_table_name_rendered_without_namespace_fails_each_task_naming_it_without_retries(
-    catalog_hook, airflow_db, capfd
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ("orders", "InvalidTableNameError: Table name 'orders' must be 'namespace.table'"),
+        ("tests.no_such_table", "TableNotFoundError: Table 'tests.no_such_table' does not exist"),
+    ],
+)
+def test_a_rendered_table_name_that_is_wrong_fails_each_task_naming_it_without_retries(
+    table, named, catalog_hook, airflow_db, capfd
 ):
-    """docs/reliability.md: a templated name that renders without its namespace fails the task with
-    InvalidTableNameError naming it, not pyiceberg's empty namespace or a table that seems missing."""
+    """docs/reliability.md: a templated name that renders without its namespace, or names no table, fails
+    every kind of task at its first try, named (not pyiceberg's empty namespace)."""
     from tests.dags.missing_connection_test_dag import rendered_name_dag
 
-    dag_run = run_dag(rendered_name_dag, table="orders")
+    dag_run = run_dag(rendered_name_dag, table=table)
 
     tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
     # Failed at their first try, although each task has two retries: the name is bad input.
@@ -128,7 +135,6 @@ def test_a_table_name_rendered_without_namespace_fails_each_task_naming_it_witho
     )
     assert tis["wait"].duration < 30  # at its first poke, not at its 60 s timeout
     output = "".join(capfd.readouterr())
-    named = "InvalidTableNameError: Table name 'orders' must be 'namespace.table'"
     assert output.count(named) >= len(tis), output[-3000:]
-    assert "TableNotFoundError" not in output
     assert "NoSuchTableError" not in output
+    assert "Empty namespace" not in output

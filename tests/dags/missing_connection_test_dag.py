@@ -1,5 +1,5 @@
 """DAGs run by tests/test_catalog_connection.py: every kind of task, given a mistyped catalog connection, or
-a table name that renders without its namespace."""
+a table name that renders without its namespace or names no table."""
 
 from __future__ import annotations
 
@@ -53,4 +53,4 @@ with DAG(
     IcebergCheckOperator(
         task_id="check", table=rendered, checks={"some": {"kind": "row_count", "min_rows": 1}}
     )
-    IcebergSnapshotSensor(task_id="wait", table=rendered, poke_interval=1, timeout=60)
+    IcebergSnapshotSensor(task_id="wait", table=rendered, on_missing="fail", poke_interval=1, timeout=60)
