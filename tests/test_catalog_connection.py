@@ -129,7 +129,7 @@ def test_a_rendered_table_name_that_is_wrong_fails_each_task_naming_it_without_r
 
     tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
     # Failed at their first try, although each task has two retries: the name is bad input.
-    tasks = ("delete", "update", "merge", "compact", "check", "wait")
+    tasks = ("delete", "update", "merge", "overwrite", "compact", "expire", "orphans", "check", "wait")
     assert {task_id: (ti.state, ti.try_number) for task_id, ti in tis.items()} == dict.fromkeys(
         tasks, ("failed", 1)
     )

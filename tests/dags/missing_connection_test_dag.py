@@ -11,7 +11,12 @@ from airflow.sdk import DAG
 from airflow_iceberg_dml.operators.check import IcebergCheckOperator
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.maintenance import (
+    IcebergExpireSnapshotsOperator,
+    IcebergRemoveOrphanFilesOperator,
+)
 from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+from airflow_iceberg_dml.operators.overwrite import IcebergOverwriteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.sensors.snapshot import IcebergSnapshotSensor
 
@@ -49,7 +54,10 @@ with DAG(
         on="t.id = s.id",
         clauses=[{"when": "matched", "then": "delete"}],
     )
+    IcebergOverwriteOperator(task_id="overwrite", table=rendered, where="id < 2", source_table=TABLE)
     IcebergCompactionOperator(task_id="compact", table=rendered)
+    IcebergExpireSnapshotsOperator(task_id="expire", table=rendered)
+    IcebergRemoveOrphanFilesOperator(task_id="orphans", table=rendered)
     IcebergCheckOperator(
         task_id="check", table=rendered, checks={"some": {"kind": "row_count", "min_rows": 1}}
     )
