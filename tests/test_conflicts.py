@@ -107,6 +107,37 @@ def test_a_start_snapshot_expired_while_the_change_ran_is_a_conflict():
     assert classify(_Py4JError(other)) is FailureKind.OTHER
 
 
+def test_a_partial_progress_rewrite_whose_group_commit_failed_is_a_conflict():
+    """rewrite_data_files with partial progress and max-failed-commits 0: Iceberg's own RuntimeException,
+    raised after the other groups committed (seen for real in test_compaction.py), through py4j and as
+    the Spark Connect server's message."""
+    message = (
+        "partial-progress.enabled is true but 1 rewrite commits failed. This is more than the maximum "
+        "allowed failures of 0. Check the logs to determine why the individual commits failed."
+    )
+    expected = (
+        FailureKind.COMMIT_CONFLICT,
+        "RuntimeException: partial-progress.enabled is true but 1 rewrite commits failed"
+        " (the others committed)",
+    )
+    assert commit_failure(_Py4JError(_JavaException("java.lang.RuntimeException", message))) == expected
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    class _ConnectError(SparkConnectGrpcException):
+        def __init__(self) -> None:
+            Exception.__init__(self, message)
+
+        def getMessage(self):  # noqa: N802
+            return f"(java.lang.RuntimeException) {message}"
+
+        def getStackTrace(self):  # noqa: N802
+            return f"java.lang.RuntimeException: {message}\n\tat org.apache.iceberg.spark.actions..."
+
+    assert commit_failure(_ConnectError()) == expected
+    other = _JavaException("java.lang.RuntimeException", "Rewrite Failed")
+    assert classify(_Py4JError(other)) is FailureKind.OTHER
+
+
 def test_input_errors_and_others_are_not_conflicts():
     assert classify(_SqlError("42703")) is FailureKind.BAD_INPUT  # unresolved column
     assert classify(_SqlError("22003")) is FailureKind.BAD_INPUT  # overflow in the data
