@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -138,3 +139,32 @@ def test_a_rendered_table_name_that_is_wrong_fails_each_task_naming_it_without_r
     assert output.count(named) >= len(tis), output[-3000:]
     assert "NoSuchTableError" not in output
     assert "Empty namespace" not in output
+
+
+def test_a_rendered_branch_that_does_not_exist_fails_each_task_naming_it_without_retries(
+    catalog_hook, airflow_db, capfd
+):
+    """docs/reliability.md: a branch that does not exist fails every task that takes one at its first try,
+    naming the branch and the table, and nothing is committed."""
+    from tests.dags.missing_connection_test_dag import TABLE, rendered_branch_dag
+
+    if catalog_hook.catalog.table_exists(TABLE):
+        catalog_hook.catalog.purge_table(TABLE)
+    rows = pa.table({"id": pa.array(range(5), pa.int64())})
+    table = catalog_hook.catalog.create_table(TABLE, schema=rows.schema)
+    table.append(rows)
+    head = table.refresh().metadata.current_snapshot_id
+
+    dag_run = run_dag(rendered_branch_dag, branch="nope")
+
+    tis = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    tasks = ("delete", "update", "merge", "overwrite", "check", "wait")
+    assert {task_id: (ti.state, ti.try_number) for task_id, ti in tis.items()} == dict.fromkeys(
+        tasks, ("failed", 1)
+    )
+    assert catalog_hook.load_table(TABLE).metadata.current_snapshot_id == head
+    output = "".join(capfd.readouterr())
+    named = re.findall(
+        rf"BranchNotFoundError: (?:Branch|Ref) 'nope' .*does not exist on table '{TABLE}'", output
+    )
+    assert len(named) >= len(tis), output[-3000:]

@@ -1,5 +1,5 @@
 """DAGs run by tests/test_catalog_connection.py: every kind of task, given a mistyped catalog connection, or
-a table name that renders without its namespace or names no table."""
+a table name that renders without its namespace or names no table, or a branch that does not exist."""
 
 from __future__ import annotations
 
@@ -62,3 +62,33 @@ with DAG(
         task_id="check", table=rendered, checks={"some": {"kind": "row_count", "min_rows": 1}}
     )
     IcebergSnapshotSensor(task_id="wait", table=rendered, on_missing="fail", poke_interval=1, timeout=60)
+
+with DAG(
+    "rendered_branch_test",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+    params={"branch": "main"},
+) as rendered_branch_dag:
+    branch = "{{ params.branch }}"
+    IcebergDeleteOperator(task_id="delete", table=TABLE, where="id < 2", branch=branch)
+    IcebergUpdateOperator(
+        task_id="update", table=TABLE, where="id < 2", set={"id": "id + 100"}, branch=branch
+    )
+    IcebergMergeOperator(
+        task_id="merge",
+        table=TABLE,
+        source_table=TABLE,
+        on="t.id = s.id",
+        clauses=[{"when": "matched", "then": "delete"}],
+        branch=branch,
+    )
+    IcebergOverwriteOperator(
+        task_id="overwrite", table=TABLE, where="id < 2", source_table=TABLE, branch=branch
+    )
+    IcebergCheckOperator(
+        task_id="check", table=TABLE, checks={"some": {"kind": "row_count", "min_rows": 1}}, branch=branch
+    )
+    IcebergSnapshotSensor(
+        task_id="wait", table=TABLE, ref=branch, on_missing="fail", poke_interval=1, timeout=60
+    )
