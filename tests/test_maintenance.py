@@ -36,6 +36,7 @@ from airflow_iceberg_dml.spec import (
     RewriteDataFilesCall,
     RewriteManifestsCall,
     RewritePositionDeleteFilesCall,
+    RunKey,
 )
 from tests.conftest import CATALOG, create_orders_table, load, new_table_name
 
@@ -420,6 +421,10 @@ def test_manifests_rewritten_when_asked_of_a_healthy_table_by_a_remote_driver(sp
 
 
 def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook, monkeypatch):
+    """Through the operator's own spec: ``list_only`` lists and deletes nothing, ``location`` scans that
+    folder only, and without them every old orphan goes."""
+    from tests.conftest import task_context
+
     name = create_orders_table(spark, new_table_name("orphans"), rows=300)
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 20")
     table = load(catalog_hook, name)
@@ -429,32 +434,36 @@ def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook,
     for path in referenced:  # old enough to be removed, were they orphans
         os.utime(path, (five_days_ago, five_days_ago))
     old_orphans = [location / "data" / "status=O" / f"left-by-a-failed-write-{n}.parquet" for n in (1, 2)]
+    old_orphans.append(location / "data" / "status=F" / "left-by-a-failed-write-3.parquet")
     for old_orphan in old_orphans:
         old_orphan.write_bytes(b"PAR1")
         os.utime(old_orphan, (five_days_ago, five_days_ago))
     young_orphan = location / "data" / "status=O" / "write-in-progress.parquet"
     young_orphan.write_bytes(b"PAR1")
-    three_days_ago_ms = int((time.time() - 3 * 24 * 3600) * 1000)
 
-    def remove(dry_run: bool) -> Any:
-        call = RemoveOrphanFilesCall(older_than_ms=three_days_ago_ms, dry_run=dry_run)
-        return run_spec(spark, MaintenanceSpec(catalog=CATALOG, table=name, calls=(call,)))
+    def remove(list_only: bool | str, folder: str | None = None) -> Any:
+        operator = IcebergRemoveOrphanFilesOperator(
+            task_id="orphans", table=name, older_than="3d", list_only=list_only, location=folder
+        )
+        context = task_context(RunKey("care", "orphans", "manual__1", -1))
+        return run_spec(spark, operator.build_spec(context, load(catalog_hook, name)))
 
-    listed = remove(dry_run=True)
+    listed = remove("true", folder=f"{table.location()}/data/status=O")  # as a template renders it
     assert listed.outcome is Outcome.NOOP, listed.error_message
     output = listed.details["outputs"]["remove_orphan_files"]
-    assert sorted(output["orphan_file_location"]) == [f"file:{orphan}" for orphan in old_orphans]
+    assert sorted(output["orphan_file_location"]) == [f"file:{orphan}" for orphan in old_orphans[:2]]
     assert all(orphan.exists() for orphan in old_orphans)
     # The result lists the first 1,000 paths (here the first 1) and counts them all.
     assert maintenance_job.MAX_LISTED_ORPHANS == 1000
     monkeypatch.setattr(maintenance_job, "MAX_LISTED_ORPHANS", 1)
-    capped = remove(dry_run=True).details["outputs"]["remove_orphan_files"]
-    assert (capped["orphan_file_count"], len(capped["orphan_file_location"])) == (2, 1)
+    capped = remove(list_only=True).details["outputs"]["remove_orphan_files"]
+    assert (capped["orphan_file_count"], len(capped["orphan_file_location"])) == (3, 1)
+    assert all(orphan.exists() for orphan in old_orphans)
     monkeypatch.undo()
 
-    removed = remove(dry_run=False)
+    removed = remove(list_only=False)
     assert removed.outcome is Outcome.COMMITTED
-    assert removed.details["outputs"]["remove_orphan_files"]["orphan_file_count"] == 2
+    assert removed.details["outputs"]["remove_orphan_files"]["orphan_file_count"] == 3
     assert not any(orphan.exists() for orphan in old_orphans)
     assert young_orphan.exists()
     assert all(Path(path).exists() for path in referenced)
