@@ -36,6 +36,7 @@ from airflow_iceberg_dml.spec import (
     Outcome,
     RunKey,
     SummaryKey,
+    WriteMode,
 )
 from tests.conftest import CATALOG, load, run_dag, task_context, task_states, xcom_result
 from tests.dags.erasure_test_dag import VARIANTS, tables_of
@@ -405,6 +406,33 @@ def test_a_retry_finds_the_keys_of_a_table_reached_through_one_this_run_already_
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
     items_left = [item for item in range(ORDERS * ITEMS_PER_ORDER) if item // ITEMS_PER_ORDER + 1 not in gone]
     assert live(catalog_hook, items, "item_id") == items_left
+
+
+def test_a_copy_on_write_erasure_rewrites_the_files_and_writes_no_delete_file(spark, catalog_hook):
+    """``write_mode="copy-on-write"``: the erasure DELETE rewrites the data files that held the subjects'
+    rows (no delete file, so no purge is needed for the rows' bytes to go from the current snapshot)."""
+    orders, _ = create_tables(spark, "v3_unpartitioned")
+    files_before = {task.file.file_path for task in load(catalog_hook, orders).scan().plan_files()}
+    spec = ErasureSpec(
+        mode=ErasureMode.ERASE,
+        catalog=CATALOG,
+        erasure_id="req-cow",
+        targets=(ErasureTarget(orders, "customer_id"),),
+        subjects=tuple(SUBJECTS),
+        write_mode=WriteMode.COPY_ON_WRITE,
+    )
+    record = run_spec(spark, spec)
+
+    assert record.outcome is Outcome.COMMITTED, record.error_message
+    after = load(catalog_hook, orders)
+    summary = after.current_snapshot().summary
+    assert summary.operation.value == "overwrite"
+    assert int(summary.additional_properties.get("added-delete-files", 0)) == 0
+    assert int(summary.additional_properties["deleted-data-files"]) > 0
+    assert after.inspect.delete_files().num_rows == 0
+    assert {task.file.file_path for task in after.scan().plan_files()} != files_before
+    assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - erased_orders())
+    assert keys_on_storage(after.location(), "customer_id", set(SUBJECTS)) != []  # old files: the purge's
 
 
 def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_is_deleted(

@@ -43,6 +43,7 @@ from airflow_iceberg_dml.spec import (
     Plan,
     RunKey,
     SummaryKey,
+    WriteMode,
 )
 from tests.conftest import task_context
 
@@ -126,6 +127,41 @@ def test_the_keyword_arguments_dags_write_today_map_into_the_config_objects():
     assert spec.branch == "audit"
     assert spec.parameters == {"rate": 0.9}
     assert spec.snapshot_properties == {"batch": "b-1", **RUN_KEY.summary_properties(2)}
+
+
+@pytest.mark.parametrize("make", [_update, _merge, _overwrite])
+def test_the_write_mode_and_the_source_snapshot_reach_the_job(make):
+    """``write_mode`` on every row-level operator, and MERGE's and slice overwrite's
+    ``source_snapshot_id`` as a template renders it (the jobs' tests show their effect)."""
+    fields = {} if make is _update else {"source_snapshot_id": "4242"}
+    spec = make(write_mode="copy-on-write", **fields).build_spec(CONTEXT, TABLE)
+    assert spec.write_mode is WriteMode.COPY_ON_WRITE
+    if make is not _update:
+        assert spec.source.snapshot_id == 4242
+    delete = IcebergDeleteOperator(task_id="d", table="sales.orders", where="TRUE", write_mode="table")
+    assert delete.build_spec(CONTEXT, TABLE).write_mode is WriteMode.TABLE
+
+
+def test_an_erasure_carries_its_deadline_from_purge_within_and_its_write_mode():
+    from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+
+    operator = IcebergEraseOperator(
+        task_id="erase",
+        tables={"sales.orders": "order_id"},
+        subjects=[7, 9],
+        purge_within="2d",
+        write_mode="copy-on-write",
+    )
+    before = datetime.now(tz=UTC)
+    spec = operator.build_spec(CONTEXT, {"sales.orders": TABLE})
+    deadline = datetime.fromisoformat(spec.snapshot_properties[SummaryKey.PURGE_BY].replace("Z", "+00:00"))
+    assert (
+        before + timedelta(days=2) - timedelta(seconds=1)
+        <= deadline
+        <= datetime.now(tz=UTC) + timedelta(days=2)
+    )
+    assert spec.write_mode is WriteMode.COPY_ON_WRITE
+    assert spec.subjects == (7, 9)
 
 
 def test_without_them_the_config_objects_have_their_defaults():
