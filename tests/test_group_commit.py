@@ -419,6 +419,38 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     assert planned.spec == late_spec  # its own change, nothing else in it
 
 
+def test_a_task_with_group_commit_off_neither_claims_a_waiting_change_nor_offers_its_own(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """``group_commit=False``: this task's change is a commit of its own, with a change on offer."""
+    from tests.dags.group_commit_test_dag import alone_dag
+
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_off"))
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    waiting = IcebergDeleteOperator(
+        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
+    )
+    member_key = RunKey("group_commit_test", "delete", "manual__waiting", -1)
+    offered = waiting.group_offer(JobPlan(waiting.build_spec(task_context(member_key), table), before))
+    assert offered is not None
+    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
+    assert turn.offer is not None
+    turn.offer.post(offered)
+
+    dag_run = run_dag(alone_dag, table=name, customer=7)
+
+    turn.offer.withdraw()
+    assert task_states(dag_run) == {"delete": "success"}
+    assert not turn.offer.claimed()
+    result = xcom_result(dag_run, "delete")
+    assert (result["rows_deleted"], result["group_size"]) == (_matching(table, "customer_id", [7]), 1)
+    customers = set(load(catalog_hook, name).scan().to_arrow()["customer_id"].to_pylist())
+    assert 7 not in customers
+    assert 8 in customers  # the waiting change was not applied
+
+
 def test_a_task_says_how_long_it_waited_for_the_turn_even_under_a_second(
     catalog_hook, monkeypatch, tmp_path, capfd
 ) -> None:
