@@ -357,6 +357,23 @@ def test_a_claiming_change_that_matches_nothing_commits_nothing(spark, catalog_h
 # -- the operators: the claiming task runs for real, the claimed task's turn follows -----------------------
 
 
+def _offer_a_waiting_delete(
+    catalog_hook: Any, table: Any, member_key: RunKey, before: int
+) -> tuple[IcebergDeleteOperator, DmlSpec, Turn]:
+    """A waiting task's offer (customer 8's orders deleted), posted as if its lock were held here."""
+    name = ".".join(table.name())
+    waiting = IcebergDeleteOperator(
+        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
+    )
+    member_spec = waiting.build_spec(task_context(member_key), table)
+    offered = waiting.group_offer(JobPlan(member_spec, before))
+    assert offered is not None
+    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
+    assert turn.offer is not None
+    turn.offer.post(offered)
+    return waiting, member_spec, turn
+
+
 def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows(
     spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
 ) -> None:
@@ -367,15 +384,8 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     table = load(catalog_hook, name)
     before = table.current_snapshot().snapshot_id
     member_key = RunKey("group_commit_test", "delete", "manual__waiting", -1)
-    waiting = IcebergDeleteOperator(
-        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
-    )
-    member_spec = waiting.build_spec(task_context(member_key), table)
-    offered = waiting.group_offer(JobPlan(member_spec, before))
-    assert offered is not None
-    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
+    waiting, member_spec, turn = _offer_a_waiting_delete(catalog_hook, table, member_key, before)
     assert turn.offer is not None
-    turn.offer.post(offered)  # the waiting task's offer, its lock held by this process
 
     dag_run = run_dag(dag, table=name, customer=7)
 
@@ -429,15 +439,9 @@ def test_a_task_with_group_commit_off_neither_claims_a_waiting_change_nor_offers
     name = create_orders_table(spark, new_table_name("group_off"))
     table = load(catalog_hook, name)
     before = table.current_snapshot().snapshot_id
-    waiting = IcebergDeleteOperator(
-        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
-    )
     member_key = RunKey("group_commit_test", "delete", "manual__waiting", -1)
-    offered = waiting.group_offer(JobPlan(waiting.build_spec(task_context(member_key), table), before))
-    assert offered is not None
-    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
+    _, _, turn = _offer_a_waiting_delete(catalog_hook, table, member_key, before)
     assert turn.offer is not None
-    turn.offer.post(offered)
 
     dag_run = run_dag(alone_dag, table=name, customer=7)
 
