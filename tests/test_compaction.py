@@ -179,6 +179,7 @@ def test_zorder_with_where_rewrites_only_the_selected_partition(spark, catalog_h
     after = load(catalog_hook, name)
     assert record.outcome is Outcome.COMMITTED, record.error_message
     assert record.details["outputs"]["rewrite_data_files"]["rewritten_data_files_count"] == 4
+    assert set(record.details["outputs"]) == {"rewrite_data_files"}  # rewrite_position_delete_files=False
     by_partition: dict[str, list[int]] = {}
     for task in after.scan().plan_files():
         by_partition.setdefault(task.file.partition[0], []).append(len(task.delete_files))

@@ -364,6 +364,48 @@ def test_compaction_adds_the_user_snapshot_properties_and_its_retry_limit():
     assert spec.calls[0].procedure is MaintenanceProcedure.REWRITE_DATA_FILES
 
 
+def test_the_compaction_and_expiry_parameters_reach_their_procedure_calls():
+    compaction = IcebergCompactionOperator(
+        task_id="compact",
+        table="db.t",
+        force=True,
+        target_file_size_bytes=1024,
+        delete_file_threshold=3,
+        delete_ratio_threshold=0.2,
+        max_concurrent_file_group_rewrites=4,
+        min_input_files=2,
+        rewrite_all=True,
+        position_delete_options={"rewrite-all": "false"},
+    )
+    data, deletes, *_ = compaction.build_spec(CONTEXT, TABLE, health=_health()).calls
+    assert {key: str(value).lower() for key, value in data.options.items()} == {
+        "target-file-size-bytes": "1024",
+        "delete-file-threshold": "3",
+        "delete-ratio-threshold": "0.2",
+        "max-concurrent-file-group-rewrites": "4",
+        "min-input-files": "2",
+        "rewrite-all": "true",
+    }
+    assert deletes.procedure is MaintenanceProcedure.REWRITE_POSITION_DELETE_FILES
+    assert dict(deletes.options) == {"rewrite-all": "false"}
+    now = datetime(2026, 11, 21, tzinfo=UTC)
+    expiry = IcebergExpireSnapshotsOperator(
+        task_id="expire",
+        table="db.t",
+        older_than="2d",
+        override_safety_floor=True,
+        clean_expired_metadata=True,
+    )
+    (call,) = expiry.build_spec(CONTEXT, TABLE, health=_health(), now=now).calls
+    assert isinstance(call, ExpireSnapshotsCall)
+    assert call.older_than_ms == int((now - timedelta(days=2)).timestamp() * 1000)
+    assert call.clean_expired_metadata is True
+    with pytest.raises(ValueError, match="3 days"):  # without the override, 2 days is under the floor
+        IcebergExpireSnapshotsOperator(task_id="e", table="db.t", older_than="2d").build_spec(
+            CONTEXT, TABLE, health=_health(), now=now
+        )
+
+
 def test_maintenance_results_for_a_no_op_and_for_a_run():
     operator = IcebergCompactionOperator(task_id="compact", table="db.t")
     noop = operator.to_result(None, health_before=_health(5), reason="healthy", duration_s=0.01)
