@@ -483,6 +483,40 @@ def test_a_task_says_how_long_it_waited_for_the_turn_even_under_a_second(
     assert 0.2 <= float(waited.group(1)) < 5
 
 
+def test_a_task_with_one_writer_per_table_off_does_not_wait_for_the_turn(
+    catalog_hook, monkeypatch, tmp_path
+) -> None:
+    """``one_writer_per_table=False``: the task goes on while another holds the table's turn, and offers
+    nothing; with the default it waits."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    path = lock_path(catalog_hook.catalog_config.properties["uri"], "tests.no_turn")
+    held, release, let_go = threading.Event(), threading.Event(), threading.Event()
+
+    def task_before() -> None:
+        with table_turn(path, "the task before", logging.getLogger("test")):
+            held.set()
+            release.wait(30)
+        let_go.set()
+
+    thread = threading.Thread(target=task_before)
+    thread.start()
+    assert held.wait(30)
+    run = JobRun(task_context(_key(31)), catalog_hook)
+    planned = JobPlan(_spec("tests.no_turn", "customer_id = 1"), None)
+    free = IcebergDeleteOperator(
+        task_id="delete", table="tests.no_turn", where="customer_id = 1", one_writer_per_table=False
+    )
+    with free._turn(run, planned, offering=True) as turn:
+        assert (turn.held, turn.offer) == (True, None)
+        assert not let_go.is_set()  # in, while the task before still holds the turn
+    taking_turns = IcebergDeleteOperator(task_id="delete", table="tests.no_turn", where="customer_id = 1")
+    threading.Timer(0.5, release.set).start()
+    with taking_turns._turn(run, planned, offering=False) as turn:
+        assert turn.held
+        assert release.is_set()  # in only once the task before let go
+    thread.join(30)
+
+
 def test_a_waiting_task_whose_change_a_commit_settled_ends_without_its_turn(
     spark, catalog_hook, spark_default_over_connect, monkeypatch, tmp_path
 ) -> None:
