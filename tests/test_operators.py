@@ -17,9 +17,12 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, _RoutedSparkSubmitHook
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun
+from airflow_iceberg_dml.operators.check import IcebergCheckOperator
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.result import rows_deleted
+from airflow_iceberg_dml.sensors.snapshot import IcebergSnapshotSensor
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, RunKey, SummaryKey
 from tests.conftest import (
     CATALOG,
@@ -173,9 +176,19 @@ def test_templated_fields_and_declared_asset():
     assert "set" in IcebergUpdateOperator.template_fields
 
 
-def test_malformed_table_name_is_rejected_when_the_dag_is_parsed():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda table: IcebergDeleteOperator(task_id="d", table=table, where="TRUE"),
+        lambda table: IcebergCheckOperator(task_id="c", table=table, checks={"n": {"kind": "row_count"}}),
+        lambda table: IcebergCompactionOperator(task_id="c", table=table),
+        lambda table: IcebergSnapshotSensor(task_id="w", table=table),
+    ],
+)
+def test_malformed_table_name_is_rejected_when_the_dag_is_parsed(make):
     with pytest.raises(ValueError, match=r"'no_namespace' must be 'namespace\.table'"):
-        IcebergDeleteOperator(task_id="d", table="no_namespace", where="TRUE")
+        make("no_namespace")
+    make("{{ params.table }}")  # a template is checked once rendered (test_catalog_connection.py)
 
 
 def test_a_remote_driver_leaves_its_result_in_the_table_history(spark, catalog_hook):

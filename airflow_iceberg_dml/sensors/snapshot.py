@@ -18,7 +18,9 @@ from airflow_iceberg_dml.exceptions import (
     error_from_record,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+from airflow_iceberg_dml.operators.base import is_template
 from airflow_iceberg_dml.snapshot_filter import SnapshotFilter, SnapshotMatch, snapshot_match
+from airflow_iceberg_dml.sql import split_table_name
 from airflow_iceberg_dml.triggers.snapshot import (
     IcebergSnapshotTrigger,
     MissingPolicy,
@@ -115,6 +117,8 @@ class IcebergSnapshotSensor(lineage.IcebergLineageMixin, BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not is_template(table):
+            split_table_name(table)  # a malformed name fails when the DAG is parsed, as for the operators
         self.table = table
         self.catalog_conn_id = catalog_conn_id
         self.ref = ref
