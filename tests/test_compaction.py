@@ -437,13 +437,17 @@ def test_a_conflict_beyond_the_retries_fails_retryably_and_loses_nothing(spark, 
 
 
 @pytest.mark.filterwarnings("ignore:Merge on read is not yet supported")
-def test_with_partial_progress_only_the_conflicting_group_is_planned_again(spark, catalog_hook):
+@pytest.mark.parametrize("retries", [2, 0])
+def test_with_partial_progress_only_the_conflicting_group_is_planned_again(retries, spark, catalog_hook):
     """docs/maintenance.md: with partial_progress=True the file groups that do not conflict commit; the
-    one whose file a concurrent delete replaced fails, and the job plans again for the files left."""
-    name = orders_with_many_deletes(spark, "race_partial")
+    one whose file a concurrent delete replaced fails, and the job plans again for the files left; with
+    no retry left, the task fails retryably and the other groups' commits stand."""
+    name = orders_with_many_deletes(spark, f"race_partial_{retries}")
     expected = [row for row in spark_rows(spark, name) if row[0] != 5050]
     head = load(catalog_hook, name).current_snapshot()
-    operator = IcebergCompactionOperator(task_id="compact", table=name, partial_progress=True)
+    operator = IcebergCompactionOperator(
+        task_id="compact", table=name, partial_progress=True, conflict_retries=retries
+    )
     spec = compaction_spec(operator, catalog_hook, name)
 
     def concurrent_delete() -> None:  # pyiceberg rewrites the file of order 5050 (status 'F') without it
@@ -452,21 +456,29 @@ def test_with_partial_progress_only_the_conflicting_group_is_planned_again(spark
     with commit_while_rewrite_waits(spark, concurrent_delete):
         record = run_spec(spark, spec)
 
-    assert record.outcome is Outcome.COMMITTED, record.error_message
-    assert record.details["conflict_retries"] == 1
     after = load(catalog_hook, name)
     delete, *commits = [s for s in after.metadata.snapshots if s.sequence_number > head.sequence_number]
     assert delete.summary.operation.value == "overwrite"  # pyiceberg's copy-on-write delete
     procedure = MaintenanceProcedure.REWRITE_DATA_FILES.value
     rewrites = [s for s in commits if s.summary.additional_properties[MAINTENANCE_PROCEDURE_KEY] == procedure]
+    assert all(s.summary.operation.value == "replace" for s in rewrites)
     # One commit per partition (status O, F, P): two from the first plan, whose third group failed to
     # commit, then the one of the plan again, which took the files left: that group's, pyiceberg's new one.
-    assert [s.summary.operation.value for s in rewrites] == ["replace"] * 3
-    assert [s.summary.additional_properties["changed-partition-count"] for s in rewrites] == ["1"] * 3
+    assert [s.summary.additional_properties["changed-partition-count"] for s in rewrites] == ["1"] * (
+        3 if retries else 2
+    )
     assert rewrites[0].parent_snapshot_id == delete.snapshot_id
     assert all(RUN_KEY.matches(s.summary.additional_properties) for s in rewrites)
     assert spark_rows(spark, name) == expected
     assert pyiceberg_rows(after) == expected
+    if not retries:
+        assert record.outcome is Outcome.FAILED
+        error = error_from_record(record.error_type or "", record.error_message or "")
+        assert isinstance(error, ConcurrentCommitError)
+        assert error.retryable
+        return
+    assert record.outcome is Outcome.COMMITTED, record.error_message
+    assert record.details["conflict_retries"] == 1
     assert set(delete_files_by_data_file(after).values()) == {0}
 
 
