@@ -16,6 +16,11 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def is_template(value: object) -> bool:
+    """Whether ``value`` is a Jinja template still to be rendered."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 def split_table_name(table: str) -> list[str]:
     """Split ``namespace.table`` (or ``a.b.table`` for nested namespaces) into its parts, or raise
     :class:`~airflow_iceberg_dml.exceptions.InvalidTableNameError` (a ``ValueError``) naming it."""

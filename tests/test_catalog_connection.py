@@ -10,6 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -84,15 +85,20 @@ def test_missing_connection_is_an_error_and_only_the_default_means_embedded(cata
     assert not raised.value.retryable
 
 
+def _fresh_table(catalog_hook: Any, name: str) -> int:
+    """A new five-row table written by pyiceberg; its head snapshot id."""
+    if catalog_hook.catalog.table_exists(name):
+        catalog_hook.catalog.purge_table(name)
+    rows = pa.table({"id": pa.array(range(5), pa.int64())})
+    table = catalog_hook.catalog.create_table(name, schema=rows.schema)
+    table.append(rows)
+    return int(table.refresh().metadata.current_snapshot_id)
+
+
 def test_mistyped_connection_fails_every_task_at_once_without_retries(catalog_hook, airflow_db, capfd):
     from tests.dags.missing_connection_test_dag import MISTYPED_CONN_ID, TABLE, dag
 
-    if catalog_hook.catalog.table_exists(TABLE):
-        catalog_hook.catalog.purge_table(TABLE)
-    rows = pa.table({"id": pa.array(range(5), pa.int64())})
-    table = catalog_hook.catalog.create_table(TABLE, schema=rows.schema)
-    table.append(rows)
-    head = table.refresh().metadata.current_snapshot_id
+    head = _fresh_table(catalog_hook, TABLE)
 
     dag_run = run_dag(dag)
 
@@ -148,12 +154,7 @@ def test_a_rendered_branch_that_does_not_exist_fails_each_task_naming_it_without
     naming the branch and the table, and nothing is committed."""
     from tests.dags.missing_connection_test_dag import TABLE, rendered_branch_dag
 
-    if catalog_hook.catalog.table_exists(TABLE):
-        catalog_hook.catalog.purge_table(TABLE)
-    rows = pa.table({"id": pa.array(range(5), pa.int64())})
-    table = catalog_hook.catalog.create_table(TABLE, schema=rows.schema)
-    table.append(rows)
-    head = table.refresh().metadata.current_snapshot_id
+    head = _fresh_table(catalog_hook, TABLE)
 
     dag_run = run_dag(rendered_branch_dag, branch="nope")
 

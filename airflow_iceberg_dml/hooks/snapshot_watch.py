@@ -271,10 +271,9 @@ class SnapshotWatcher:
         return self._reader
 
     def _read_pointer(self) -> PointerRead:
-        if self._reader is None:
-            split_table_name(self.table_name)  # InvalidTableNameError, not pyiceberg's empty namespace
         try:
             if self._reader is None:
+                split_table_name(self.table_name)  # InvalidTableNameError, not pyiceberg's empty namespace
                 source = self._catalog_source
                 catalog = source if isinstance(source, Catalog) else source()
                 self._reader = pointer_reader(catalog, self.table_name)

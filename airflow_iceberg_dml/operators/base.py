@@ -50,7 +50,7 @@ from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
 from airflow_iceberg_dml.spec import RunKey
-from airflow_iceberg_dml.sql import split_table_name
+from airflow_iceberg_dml.sql import is_template, split_table_name
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path, table_turn
 
 if TYPE_CHECKING:
@@ -67,11 +67,6 @@ if TYPE_CHECKING:
 
 BeforeT = TypeVar("BeforeT")
 ResultT = TypeVar("ResultT")
-
-
-def is_template(value: object) -> bool:
-    """Whether ``value`` is a Jinja template still to be rendered."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
 def run_key(context: Context) -> RunKey:

@@ -23,7 +23,6 @@ from airflow_iceberg_dml.operators.base import (
     JobPlan,
     JobRun,
     commit_properties,
-    is_template,
     run_key,
     table_asset_uri,
 )
@@ -43,6 +42,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
+from airflow_iceberg_dml.sql import is_template
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

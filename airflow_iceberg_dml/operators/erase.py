@@ -45,7 +45,6 @@ from airflow_iceberg_dml.operators.base import (
     JobPlan,
     JobRun,
     commit_properties,
-    is_template,
     run_key,
     table_asset_uri,
 )
@@ -198,7 +197,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         self.min_retention = min_retention
         self.orphan_grace = orphan_grace
         for name in ("purge_within", "purge_ahead", "min_retention", "orphan_grace"):
-            if not is_template(getattr(self, name)):
+            if not sql.is_template(getattr(self, name)):
                 duration_ms(name, getattr(self, name))  # a bad value fails when the DAG is parsed
         self.protected_refs = tuple(protected_refs)
         self.on_remaining = on_remaining

@@ -18,9 +18,8 @@ from airflow_iceberg_dml.exceptions import (
     error_from_record,
 )
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-from airflow_iceberg_dml.operators.base import is_template
 from airflow_iceberg_dml.snapshot_filter import SnapshotFilter, SnapshotMatch, snapshot_match
-from airflow_iceberg_dml.sql import split_table_name
+from airflow_iceberg_dml.sql import is_template, split_table_name
 from airflow_iceberg_dml.triggers.snapshot import (
     IcebergSnapshotTrigger,
     MissingPolicy,
