@@ -41,8 +41,9 @@ from airflow_iceberg_dml.spec import (
 from tests.conftest import CATALOG, load, run_dag, task_context, task_states, xcom_result
 from tests.dags.erasure_test_dag import VARIANTS, tables_of
 
-#: Customer ids are 9_000_000 + order_id % 100: keys that no count or size in a report can equal.
+#: Customer ids are 9_000_000 + order_id % CUSTOMERS: keys that no count or size in a report can equal.
 BASE = 9_000_000
+CUSTOMERS = 60
 SUBJECTS = [BASE + 3, BASE + 17, BASE + 42]
 ORDERS = 2000
 ITEMS_PER_ORDER = 4
@@ -80,7 +81,7 @@ def create_tables(spark: Any, variant: str) -> tuple[str, str]:
         + properties
     )
     spark.sql(
-        f"SELECT id AS order_id, {BASE} + id % 100 AS customer_id, "
+        f"SELECT id AS order_id, {BASE} + id % {CUSTOMERS} AS customer_id, "
         f"element_at(array('O', 'F', 'P'), CAST(id % 3 AS INT) + 1) AS status FROM range(1, {ORDERS + 1})"
     ).repartition(3).writeTo(f"{CATALOG}.{orders}").append()
     spark.sql(
@@ -104,7 +105,7 @@ def settings_the_purge_sets(catalog_hook: Any, name: str) -> dict[str, str]:
 
 
 def erased_orders() -> set[int]:
-    return {order for order in range(1, ORDERS + 1) if BASE + order % 100 in SUBJECTS}
+    return {order for order in range(1, ORDERS + 1) if BASE + order % CUSTOMERS in SUBJECTS}
 
 
 def holds(path: Path, column: str, keys: set[int]) -> bool:
@@ -269,7 +270,7 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
 
 
 #: Keys of this test alone: other tests pass theirs in a run's conf, which Airflow stores as given.
-FILE_SUBJECTS = [BASE + 58, BASE + 71, BASE + 89]
+FILE_SUBJECTS = [BASE + 8, BASE + 29, BASE + 51]
 
 
 def _airflow_database_text() -> str:
@@ -302,7 +303,7 @@ def test_subjects_from_a_file_leave_no_key_in_airflow_database_nor_in_the_task_l
     orders, _items = create_tables(spark, "v2_unpartitioned")
     subjects = tmp_path / "requests.txt"
     subjects.write_text("".join(f"{key}\n" for key in FILE_SUBJECTS))
-    gone = {order for order in range(1, ORDERS + 1) if BASE + order % 100 in FILE_SUBJECTS}
+    gone = {order for order in range(1, ORDERS + 1) if BASE + order % CUSTOMERS in FILE_SUBJECTS}
 
     dag_run = run_dag(dag_from_file, subjects_file=str(subjects), report_location=str(tmp_path / "audit"))
 
@@ -632,7 +633,7 @@ def test_a_concurrent_delete_and_append_during_the_purge_lose_nothing(spark, cat
     thread.start()
     # Meanwhile: another subject's orders are deleted (by the DELETE job, which re-plans when the
     # rewrite replaced its files first), and new orders arrive, one commit at a time.
-    deleted_by_others = {order for order in range(1, ORDERS + 1) if order % 100 == 55}
+    deleted_by_others = {order for order in range(1, ORDERS + 1) if order % CUSTOMERS == 55}
     other_delete = DmlSpec(
         kind=JobKind.DELETE,
         catalog=CATALOG,
