@@ -1,8 +1,9 @@
 """What a person or a JavaScript client reads of a change: asset events and XCom, through Airflow's REST API.
 
-Real Airflow tasks (``dag.test()``, spark-submit), then the same API the UI reads, served in-process.
-Snapshot ids use all 64 bits; the UI parses JSON into JavaScript numbers, which hold 2**53 exactly:
-these tests parse the API's answers the same way and require every snapshot id to survive.
+Real Airflow tasks (``dag.test()``, over the session's Spark Connect server), then the same API the UI
+reads, served in-process. Snapshot ids use all 64 bits; the UI parses JSON into JavaScript numbers,
+which hold 2**53 exactly: these tests parse the API's answers the same way and require every snapshot
+id to survive.
 """
 
 from __future__ import annotations
@@ -53,9 +54,8 @@ def api_client(airflow_db):
         yield client
 
 
-@pytest.mark.spark_submit
 def test_a_no_match_emits_no_asset_event_unless_asked_and_ids_reach_the_ui_exactly(
-    spark, catalog_hook, airflow_db, api_client
+    spark, catalog_hook, airflow_db, api_client, spark_default_over_connect
 ):
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
