@@ -57,6 +57,24 @@ def test_the_merge_operator_commits_once_with_counts_per_clause(
     assert asset_event_extras(target, dag_run.run_id) == [(str(snapshot.snapshot_id), str(before))]
 
 
+def test_the_merge_operator_with_its_own_aliases_gives_the_same_table(
+    spark, catalog_hook, airflow_db, spark_default_over_connect
+):
+    """``target_alias`` and ``source_alias`` name the tables in ``on`` and the clauses: the same MERGE
+    written with ``orders`` and ``fix`` gives what SQLite computes, as written with ``t`` and ``s``."""
+    from tests.dags.merge_test_dag import aliases_dag
+
+    target, source = make_tables(spark)
+    expected_counts, expected_rows = reference(TARGET_ROWS, SOURCE_ROWS)
+
+    dag_run = run_dag(aliases_dag, target=target, source=source)
+
+    assert task_states(dag_run) == {"merge": "success"}
+    result = xcom_result(dag_run, "merge")
+    assert table_rows(catalog_hook, target) == expected_rows
+    assert [clause["rows"] for clause in result["merge"]["clauses"]] == expected_counts
+
+
 def asset_event_extras(table: str, run_id: str) -> list[tuple[str, str]]:
     """(snapshot id, parent) of the asset events of ``table`` a run emitted, read from Airflow's database."""
     from airflow.models.asset import AssetEvent, AssetModel
