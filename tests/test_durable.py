@@ -229,3 +229,19 @@ def test_only_a_job_folder_is_ever_removed(tmp_path):
     store = _Store({SPARK_SUBMIT_STATE_KEY: _finished_process(precious).to_json()})
     assert IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE")._reattach(store) is True
     assert (precious / "spec.json").exists()
+
+
+def test_durable_false_leaves_the_task_state_store_alone(tmp_path):
+    """With ``durable=False`` the task neither reads the store (no re-attach, the earlier job's folder
+    stays) nor gives its engine a place to record the job it starts."""
+    folder = _job_folder(tmp_path, JobRecord(outcome=Outcome.COMMITTED, snapshot_id=42))
+    store = _Store({SPARK_SUBMIT_STATE_KEY: _finished_process(folder).to_json()})
+    context = {"task_state_store": store}
+    durable = IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE")
+    assert durable._task_state_store(context) is store
+    operator = IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE", durable=False)
+    store_seen = operator._task_state_store(context)
+    assert store_seen is None
+    assert operator._reattach(store_seen) is False
+    assert folder.exists()
+    assert SPARK_SUBMIT_STATE_KEY in store
