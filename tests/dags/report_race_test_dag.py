@@ -62,7 +62,7 @@ with DAG(
     max_active_runs=2,
     params={
         "table": Param("demo.orders", type="string"),
-        "barrier": Param("/tmp", type="string"),
+        "barrier": Param(type="string", description="the barrier's folder, this test's own"),
         "parties": Param(str(TASKS), type="string"),
     },
 ):
