@@ -312,3 +312,43 @@ def test_a_change_that_made_compaction_due_says_so_in_a_warning():
     assert [level for level, _ in lines] == ["warning", "info"]
     assert lines[0][1].startswith("db.orders now needs compaction (run IcebergCompactionOperator): deleted")
     assert "no compaction needed" in lines[1][1]
+
+
+def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hook):
+    """docs/maintenance.md: a transform's stored value (a year's 22) shown as its folder names it (1992)."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform, IdentityTransform, YearTransform
+    from pyiceberg.types import DateType, LongType, NestedField, StringType
+
+    from airflow_iceberg_dml.health import file_entries
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "status", StringType(), required=False),
+        NestedField(3, "ordered", DateType(), required=False),
+    )
+    spec = PartitionSpec(
+        PartitionField(2, 1000, IdentityTransform(), "status"),
+        PartitionField(3, 1001, YearTransform(), "ordered_year"),
+    )
+    table = catalog_hook.catalog.create_table(new_table_name("health_names"), schema, partition_spec=spec)
+    rows = {"id": [1, 2], "status": ["F", "O b"], "ordered": [dt.date(1992, 3, 4), dt.date(1998, 7, 1)]}
+    table.append(pa.Table.from_pydict(rows, schema=schema.as_arrow()))
+    with table.update_schema() as columns:
+        columns.add_column("shipped", DateType())
+    with table.update_spec() as update:  # a second spec: its files' partitions say which spec
+        update.add_field("shipped", DayTransform(), "shipped_day")
+    later = {"id": [3], "status": ["F"], "ordered": [dt.date(1995, 1, 6)], "shipped": [dt.date(1995, 1, 9)]}
+    table.append(pa.Table.from_pydict(later, schema=table.schema().as_arrow()))
+
+    entries, _ = file_entries(table.refresh())
+
+    assert sorted(entry.partition for entry in entries) == [
+        "spec 1: status=F, ordered_year=1995, shipped_day=1995-01-09",
+        "status=F, ordered_year=1992",
+        "status=O b, ordered_year=1998",
+    ]
