@@ -92,9 +92,12 @@ class _Field:
     source_type: IcebergType | None
 
     def human(self, value: Any) -> str:
-        if self.source_type is None:
-            return str(value)
-        return self.transform.to_human_string(self.source_type, value)
+        if self.source_type is not None:
+            try:
+                return self.transform.to_human_string(self.source_type, value)
+            except Exception:  # noqa: BLE001 - a label is informative; the stored value still names it
+                pass
+        return str(value)
 
 
 def _partition_fields(table: Table) -> dict[int, list[_Field]]:
