@@ -352,3 +352,17 @@ def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hoo
         "status=F, ordered_year=1992",
         "status=O b, ordered_year=1998",
     ]
+
+
+def test_a_partition_value_python_cannot_name_is_shown_as_stored():
+    """A date past Python's year 9999 (Iceberg's Java writers can store one) names its partition by the
+    stored number of days instead of failing the health check that every DML task runs."""
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import DateType
+
+    from airflow_iceberg_dml.health import _Field
+
+    day = _Field("ship_day", DayTransform(), DateType())
+    assert day.human(9139) == "1995-01-09"
+    assert day.human(10**12) == str(10**12)
+    assert _Field("gone", DayTransform(), None).human(9139) == "9139"  # its column was dropped
