@@ -74,15 +74,6 @@ __all__ = [
 # -- reading a pyiceberg table (metadata only) ---------------------------------------------------------------
 
 
-def _partition_label(spec_id: int, fields: Sequence[_Field], values: Sequence[Any]) -> str:
-    """``name=value, ...`` as a person reads it: ``o_orderdate_year=1992``, not the stored 22."""
-    text = (
-        ", ".join(f"{field.name}={field.human(value)}" for field, value in zip(fields, values, strict=False))
-        or "unpartitioned"
-    )
-    return text if spec_id == 0 else f"spec {spec_id}: {text}"
-
-
 @dataclass(frozen=True)
 class _Field:
     """A partition field and the type of its source column (None: the column is no longer in the table)."""
@@ -92,12 +83,22 @@ class _Field:
     source_type: IcebergType | None
 
     def human(self, value: Any) -> str:
+        """``value`` as stored in a manifest, named as Iceberg names a partition's folder."""
         if self.source_type is not None:
             try:
                 return self.transform.to_human_string(self.source_type, value)
             except Exception:  # noqa: BLE001 - a label is informative; the stored value still names it
                 pass
         return str(value)
+
+
+def _partition_label(spec_id: int, fields: Sequence[_Field], values: Sequence[Any]) -> str:
+    """``name=value, ...`` as a person reads it: ``o_orderdate_year=1992``, not the stored 22."""
+    text = (
+        ", ".join(f"{field.name}={field.human(value)}" for field, value in zip(fields, values, strict=False))
+        or "unpartitioned"
+    )
+    return text if spec_id == 0 else f"spec {spec_id}: {text}"
 
 
 def _partition_fields(table: Table) -> dict[int, list[_Field]]:
