@@ -116,10 +116,12 @@ def _partition_reasons(health: PartitionHealth, thresholds: HealthThresholds) ->
         )
     share = thresholds.max_files_with_deletes_ratio
     if share is not None and data and health.data_files_with_deletes / data >= share:
-        reasons.append(
-            f"{health.data_files_with_deletes} of its {data} data files carry delete files "
-            f"(threshold {share:.0%})"
+        carrying = (
+            "its only data file carries"
+            if data == 1
+            else f"{health.data_files_with_deletes} of its {data} data files carry"
         )
+        reasons.append(f"{carrying} delete files (threshold {share:.0%})")
     if health.max_delete_files_per_data_file >= thresholds.delete_file_threshold:
         reasons.append(
             f"a data file with {health.max_delete_files_per_data_file} delete files "

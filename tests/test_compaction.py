@@ -252,7 +252,7 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     assert health.deleted_ratio == 0.01
     assert health.needs == (MaintenanceProcedure.REWRITE_DATA_FILES,)
     assert health.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
-        f"partition status={status}: 1 of its 1 data files carry delete files (threshold 50%)"
+        f"partition status={status}: its only data file carries delete files (threshold 50%)"
         for status in ("F", "O", "P")
     ]
     assert operator.not_needed_reason(health) is None

@@ -149,6 +149,10 @@ def test_the_share_of_data_files_carrying_deletes_flags_half_a_partition_by_defa
     assert report([*files, deletes[0]], thresholds=quarter).needs == (
         MaintenanceProcedure.REWRITE_DATA_FILES,
     )
+    alone = report([files[0], deletes[0]])  # a partition of one data file says so, not "1 of its 1"
+    assert alone.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
+        "partition p=1: its only data file carries delete files (threshold 50%)"
+    ]
 
 
 def test_without_manifest_entries_the_summary_ratio_decides():
