@@ -118,7 +118,7 @@ def _partition_reasons(health: PartitionHealth, thresholds: HealthThresholds) ->
     if share is not None and data and health.data_files_with_deletes / data >= share:
         carrying = (
             "its only data file carries"
-            if data == 1
+            if data == health.data_files_with_deletes == 1
             else f"{health.data_files_with_deletes} of its {data} data files carry"
         )
         reasons.append(f"{carrying} delete files (threshold {share:.0%})")

@@ -153,6 +153,10 @@ def test_the_share_of_data_files_carrying_deletes_flags_half_a_partition_by_defa
     assert alone.reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
         "partition p=1: its only data file carries delete files (threshold 50%)"
     ]
+    every = HealthThresholds(max_files_with_deletes_ratio=0)  # a share of 0 flags a file with none too
+    assert report([files[0]], thresholds=every).reasons_for([MaintenanceProcedure.REWRITE_DATA_FILES]) == [
+        "partition p=1: 0 of its 1 data files carry delete files (threshold 0%)"
+    ]
 
 
 def test_without_manifest_entries_the_summary_ratio_decides():
