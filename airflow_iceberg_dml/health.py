@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,14 +37,11 @@ from airflow_iceberg_dml.health_report import (
     Retention,
     SnapshotInfo,
 )
+from airflow_iceberg_dml.partition_names import partition_fields, partition_label
 from airflow_iceberg_dml.result import summary_of
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from pyiceberg.table import Table
-    from pyiceberg.transforms import Transform
-    from pyiceberg.types import IcebergType
 
 #: Field id of ``file_path`` in a position delete file (its bounds name the data file it applies to).
 _DELETE_FILE_PATH_FIELD_ID = 2147483546
@@ -74,50 +71,6 @@ __all__ = [
 # -- reading a pyiceberg table (metadata only) ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Field:
-    """A partition field and the type of its source column (None: the column is no longer in the table)."""
-
-    name: str
-    transform: Transform[Any, Any]
-    source_type: IcebergType | None
-
-    def human(self, value: Any) -> str:
-        """``value`` as stored in a manifest, named as Iceberg names a partition's folder."""
-        if self.source_type is not None:
-            try:
-                return self.transform.to_human_string(self.source_type, value)
-            except Exception:  # noqa: BLE001 - a label is informative; the stored value still names it
-                pass
-        return str(value)
-
-
-def _partition_label(spec_id: int, fields: Sequence[_Field], values: Sequence[Any]) -> str:
-    """``name=value, ...`` as a person reads it: ``o_orderdate_year=1992``, not the stored 22."""
-    text = (
-        ", ".join(f"{field.name}={field.human(value)}" for field, value in zip(fields, values, strict=False))
-        or "unpartitioned"
-    )
-    return text if spec_id == 0 else f"spec {spec_id}: {text}"
-
-
-def _partition_fields(table: Table) -> dict[int, list[_Field]]:
-    schemas = [table.schema(), *table.schemas().values()]  # the current one first
-
-    def source_type(field_id: int) -> IcebergType | None:
-        for schema in schemas:
-            try:
-                return schema.find_type(field_id)
-            except ValueError:  # not in this schema (dropped, or added later)
-                continue
-        return None
-
-    return {
-        spec_id: [_Field(field.name, field.transform, source_type(field.source_id)) for field in spec.fields]
-        for spec_id, spec in table.specs().items()
-    }
-
-
 def _referenced_data_file(data_file: Any) -> str | None:
     referenced = getattr(data_file, "referenced_data_file", None)
     if referenced:
@@ -136,7 +89,7 @@ def file_entries(table: Table) -> tuple[list[FileEntry], int]:
         return [], 0
     io = table.io
     manifests = snapshot.manifests(io)
-    fields = _partition_fields(table)
+    fields = partition_fields(table)
 
     def read(manifest: Any) -> list[FileEntry]:
         found = []
@@ -148,7 +101,7 @@ def file_entries(table: Table) -> tuple[list[FileEntry], int]:
                 FileEntry(
                     kind=kind,
                     path=data_file.file_path,
-                    partition=_partition_label(spec_id, fields.get(spec_id, []), list(data_file.partition)),
+                    partition=partition_label(spec_id, fields.get(spec_id, []), list(data_file.partition)),
                     sequence_number=entry.sequence_number or 0,
                     records=data_file.record_count,
                     size_bytes=data_file.file_size_in_bytes,

@@ -312,18 +312,22 @@ def test_a_change_that_made_compaction_due_says_so_in_a_warning():
         "reasons": {"rewrite_data_files": ["deleted ratio 0.25 >= 0.2"]},
         "check_duration_s": 0.01,
     }
-    log_dml_health(log, "db.orders", cast("Any", {"health": needs}))
+    log_dml_health(log, "db.orders", cast("Any", {"health": needs, "noop": False}))
     healthy = {**needs, "needs": [], "data_files": 3, "delete_files": 1, "deleted_ratio": 0.05}
-    log_dml_health(log, "db.orders", cast("Any", {"health": healthy}))
-    log_dml_health(log, "db.orders", cast("Any", {"health": None}))
+    log_dml_health(log, "db.orders", cast("Any", {"health": healthy, "noop": False}))
+    log_dml_health(log, "db.orders", cast("Any", {"health": healthy, "noop": True}))  # a dry run
+    log_dml_health(log, "db.orders", cast("Any", {"health": None, "noop": False}))
 
-    assert [level for level, _ in lines] == ["warning", "info"]
+    assert [level for level, _ in lines] == ["warning", "info", "info"]
     assert lines[0][1].startswith("db.orders now needs compaction (run IcebergCompactionOperator): deleted")
+    assert lines[1][1].startswith("Health of db.orders after the change (checked in 0.010s)")
     assert "no compaction needed" in lines[1][1]
+    assert lines[2][1].startswith("Health of db.orders (checked in 0.010s): 3 data files")  # nothing changed
 
 
 def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hook):
-    """docs/maintenance.md: a transform's stored value (a year's 22) shown as its folder names it (1992)."""
+    """docs/maintenance.md, README (dry run): a transform's stored value (a year's 22) shown as its folder
+    names it (1992)."""
     import datetime as dt
 
     import pyarrow as pa
@@ -333,6 +337,7 @@ def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hoo
     from pyiceberg.types import DateType, LongType, NestedField, StringType
 
     from airflow_iceberg_dml.health import file_entries
+    from airflow_iceberg_dml.partition_names import spark_partition_namer
 
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),
@@ -360,6 +365,15 @@ def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hoo
         "status=F, ordered_year=1992",
         "status=O b, ordered_year=1998",
     ]
+    # A dry run's partitions as Spark reports them: a field of every spec, a day already a date.
+    name = spark_partition_namer(table)
+    assert name({"status": "F", "ordered_year": 25, "shipped_day": "1995-01-09"}) == (
+        "status=F, ordered_year=1995, shipped_day=1995-01-09"
+    )
+    assert name({"status": "O b", "ordered_year": 28, "shipped_day": None}) == (
+        "status=O b, ordered_year=1998, shipped_day=null"
+    )
+    assert name({}) == "unpartitioned"
 
 
 def test_a_partition_value_python_cannot_name_is_shown_as_stored():
@@ -368,9 +382,9 @@ def test_a_partition_value_python_cannot_name_is_shown_as_stored():
     from pyiceberg.transforms import DayTransform
     from pyiceberg.types import DateType
 
-    from airflow_iceberg_dml.health import _Field
+    from airflow_iceberg_dml.partition_names import PartitionField
 
-    day = _Field("ship_day", DayTransform(), DateType())
+    day = PartitionField("ship_day", DayTransform(), DateType())
     assert day.human(9139) == "1995-01-09"
     assert day.human(10**12) == str(10**12)
-    assert _Field("gone", DayTransform(), None).human(9139) == "9139"  # its column was dropped
+    assert PartitionField("gone", DayTransform(), None).human(9139) == "9139"  # its column was dropped

@@ -150,6 +150,56 @@ def test_dry_run_reports_rows_and_files_per_partition_and_commits_nothing(spark,
     assert impact["data_files_touched"] == sum(p["data_files"] for p in partitions.values())
 
 
+def test_a_dry_run_task_names_each_partition_and_says_it_committed_nothing(
+    spark, catalog_hook, airflow_db, connect_server, capfd
+):
+    """Through a real task over the warm engine, on a table partitioned by a transform: the result
+    names each partition as a person reads it (``ordered_month=1995-02``, not Spark's stored 301),
+    rows per partition equal a count in Python, and the log says it was a dry run (never "nothing
+    matched") and lists the partitions."""
+    from collections import Counter
+    from datetime import date, timedelta
+
+    from tests.conftest import run_dag, task_states, xcom_result
+    from tests.dags.dry_run_test_dag import dag
+
+    name = new_table_name("dry_run_named")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, status STRING, ordered DATE) USING iceberg "
+        "PARTITIONED BY (status, months(ordered)) TBLPROPERTIES ('format-version' = '2')"
+    )
+    spark.sql(
+        f"INSERT INTO {CATALOG}.{name} SELECT id, element_at(array('O', 'F', 'P'), CAST(id % 3 AS INT) + 1), "
+        "date_add(DATE '1995-01-01', CAST(id * 3 AS INT)) FROM range(0, 120)"
+    )
+    before = head(catalog_hook, name)
+    rows = [(n, "OFP"[n % 3], date(1995, 1, 1) + timedelta(days=3 * n)) for n in range(120)]
+    expected = Counter(
+        f"status={status}, ordered_month={ordered:%Y-%m}"
+        for _, status, ordered in rows
+        if ordered < date(1995, 4, 1) and status != "P"
+    )
+
+    dag_run = run_dag(dag, table=name)
+    output = "".join(capfd.readouterr())
+
+    assert task_states(dag_run) == {"preview": "success"}
+    result = xcom_result(dag_run, "preview")
+    assert (result["dry_run"], result["noop"], result["snapshot_id"]) == (True, True, str(before))
+    impact = result["impact"]
+    assert {p["label"]: p["rows"] for p in impact["partitions"]} == expected
+    assert impact["rows_matched"] == sum(expected.values())
+    assert impact["rows_total"] == len(rows)
+    assert head(catalog_hook, name) == before
+    assert "nothing matched" not in output
+    assert f"Dry run: nothing committed; {name} stays on snapshot {before}." in output
+    matched = sum(expected.values())
+    assert f"would touch {matched} of 120 row(s) ({100 * matched / 120:.3g}%) in" in output
+    assert f"Health of {name} (checked in" in output  # not "after the change": there was none
+    for label, count in expected.items():
+        assert f"  {label}: {count} row(s) in 1 data file(s)" in output
+
+
 AUDITS_PASS = {
     "nothing_negative": "SELECT count(*) = 0 FROM {table} WHERE amount < 0",
     "rows_kept": "SELECT count(*) = 290 FROM {table}",

@@ -29,6 +29,7 @@ from airflow_iceberg_dml.operators.base import (
 from airflow_iceberg_dml.operators.dml_input import audit_queries, checked_assignments, given_once, grouped
 from airflow_iceberg_dml.operators.dml_report import log_dml_health, log_dml_result
 from airflow_iceberg_dml.operators.dml_turn import DmlTurn, parent_of
+from airflow_iceberg_dml.partition_names import spark_partition_namer
 from airflow_iceberg_dml.result import DmlResult, dml_result
 from airflow_iceberg_dml.spec import (
     Audits,
@@ -93,8 +94,8 @@ class BaseIcebergDmlOperator(
         rows. The job counts the matching rows at the head snapshot before writing.
     :param max_fraction_affected: Guard: fail when a larger fraction (0..1) of the live rows would
         change, e.g. ``0.01`` for 1%.
-    :param dry_run: Report what would change (rows and data files per partition, in the result's
-        ``impact``) and commit nothing.
+    :param dry_run: Report what would change (rows and data files per partition, each named as a
+        person reads it, in the result's ``impact`` and in the task log) and commit nothing.
     :param audits: Write-audit-publish: name to SQL query returning one boolean, with ``{table}``
         standing for the audit branch, e.g. ``{"no_negative": "SELECT count(*) = 0 FROM {table}
         WHERE amount < 0"}``. The change is written to a branch made from the head, the audits run
@@ -317,7 +318,7 @@ class BaseIcebergDmlOperator(
                 application_id or "id unknown",
                 " (dry run)" if self.dry_run else ": nothing matched",
             )
-        return self.to_result(
+        result = self.to_result(
             record,
             snapshot=snapshot,
             parent=parent_of(table, snapshot),
@@ -327,6 +328,12 @@ class BaseIcebergDmlOperator(
             health=self._health_after(run.catalog_hook, table),
             run_key=run_key(run.context),
         )
+        partitions = (result["impact"] or {}).get("partitions", [])  # a dry run's, as Spark reported them
+        if partitions:
+            name = spark_partition_namer(table)
+            for partition in partitions:
+                partition["label"] = name(partition["partition"])
+        return result
 
     def asset_events(self, run: JobRun, result: DmlResult) -> list[tuple[Asset, dict[str, JsonValue]]]:
         if result["noop"] and not self.asset_event_on_noop:

@@ -1,4 +1,5 @@
-"""What a DELETE or UPDATE task says in its log once it ended: the commit, then the table's health."""
+"""What a DELETE or UPDATE task says in its log once it ended: the commit (or what a dry run would
+change), then the table's health."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.result import DmlResult
 
 
+#: Partitions a dry run lists one per line in the task log; the result (XCom) has them all.
+DRY_RUN_PARTITIONS_LOGGED = 20
+
+
 def log_dml_result(log: Logger, table: str, result: DmlResult) -> None:
+    if result["dry_run"]:
+        _log_dry_run(log, table, result)
+        return
     if result["noop"]:
         log.info("No-op: nothing matched; %s stays on snapshot %s.", table, result["snapshot_id"])
         return
@@ -32,6 +40,34 @@ def log_dml_result(log: Logger, table: str, result: DmlResult) -> None:
     )
 
 
+def _log_dry_run(log: Logger, table: str, result: DmlResult) -> None:
+    """What a dry run would change, per partition; DELETE and UPDATE only (a MERGE lists its clauses)."""
+    log.info("Dry run: nothing committed; %s stays on snapshot %s.", table, result["snapshot_id"])
+    impact = result["impact"] or {}
+    if "rows_matched" not in impact:
+        return
+    partitions = impact["partitions"]
+    log.info(
+        "The change would touch %d of %d row(s) (%.3g%%) in %d data file(s), in %d partition(s)%s",
+        impact["rows_matched"],
+        impact["rows_total"],
+        100 * impact["fraction"],
+        impact["data_files_touched"],
+        len(partitions),
+        ":" if partitions else ".",
+    )
+    for partition in partitions[:DRY_RUN_PARTITIONS_LOGGED]:
+        log.info(
+            "  %s: %d row(s) in %d data file(s)",
+            partition.get("label", partition["partition"]),
+            partition["rows"],
+            partition["data_files"],
+        )
+    more = len(partitions) - DRY_RUN_PARTITIONS_LOGGED
+    if more > 0:
+        log.info("  ... and %d more (all in the result's impact)", more)
+
+
 def log_dml_health(log: Logger, table: str, result: DmlResult) -> None:
     """A warning when the change made compaction due, else one line of the table's health."""
     health = result["health"]
@@ -47,9 +83,10 @@ def log_dml_health(log: Logger, table: str, result: DmlResult) -> None:
         )
         return
     log.info(
-        "Health of %s after the change (checked in %.3fs): %d data files, %d delete files, %.1f%% of "
+        "Health of %s%s (checked in %.3fs): %d data files, %d delete files, %.1f%% of "
         "rows deleted; no compaction needed.",
         table,
+        "" if result["noop"] else " after the change",
         health["check_duration_s"],
         health["data_files"],
         health["delete_files"],
