@@ -318,6 +318,53 @@ def test_no_match_dry_run_and_a_silent_remote_driver_are_no_ops():
     assert (remote["noop"], remote["spark_app_id"], remote["impact"]) == (True, "application_1_2", None)
 
 
+def test_the_task_log_says_who_committed_and_what_a_dry_run_would_change():
+    """README: a replay, a group commit, a no-op and a dry run each read as what happened (a dry run is
+    never "nothing matched"); a dry run lists its first 20 partitions by label."""
+    from airflow_iceberg_dml.operators.dml_report import log_dml_result
+
+    lines: list[str] = []
+    log: Any = SimpleNamespace(info=lambda text, *args: lines.append(text % args))
+    own, other = RunKey("d", "fix", "day-1", -1), RunKey("d", "fix", "day-2", -1)
+    entries = [own.group_entry(4), other.group_entry(6)]
+    summary = {**COMMIT.summary.additional_properties, SummaryKey.GROUP: json.dumps(entries)}
+    grouped = _snapshot(3, 2, Operation.OVERWRITE, **summary)
+    partitions = [
+        {"partition": {"day": f"1995-03-{n:02}"}, "label": f"day=1995-03-{n:02}", "rows": n, "data_files": 1}
+        for n in range(1, 24)
+    ]
+    impact = {
+        "rows_matched": 276,
+        "rows_total": 1000,
+        "fraction": 0.276,
+        "data_files_touched": 23,
+        "partitions": partitions,
+    }
+    operator = _update()
+    for record, fields in [
+        (JobRecord(outcome=Outcome.COMMITTED, snapshot_id=2), {"snapshot": COMMIT, "parent": PARENT}),
+        (JobRecord(outcome=Outcome.REPLAYED, snapshot_id=2), {"snapshot": COMMIT, "parent": PARENT}),
+        (JobRecord(outcome=Outcome.COMMITTED, snapshot_id=3), {"snapshot": grouped, "run_key": own}),
+        (JobRecord(outcome=Outcome.NOOP), {"head_before": 7}),
+        (JobRecord(outcome=Outcome.DRY_RUN, details=impact), {"head_before": 7}),
+    ]:
+        log_dml_result(log, "sales.orders", operator.to_result(record, **fields))
+
+    assert lines[0].startswith("Committed snapshot 2 (overwrite, plan row-level, write mode None): 10 row(s)")
+    assert lines[1].startswith("Snapshot 2, committed by an earlier try of this run (overwrite")
+    assert "): 10 row(s) deleted, 0 inserted; 2 delete file(s)" in lines[1]
+    assert lines[2].startswith("Snapshot 3 applied this change with 1 other(s) in one commit (")
+    assert "): this change's 4 row(s) deleted, 0 inserted;" in lines[2]
+    assert lines[3] == "No-op: nothing matched; sales.orders stays on snapshot 7."
+    dry = lines[4:]
+    assert dry[:2] == [
+        "Dry run: nothing committed; sales.orders stays on snapshot 7.",
+        "The change would touch 276 of 1000 row(s) (27.6%) in 23 data file(s), in 23 partition(s):",
+    ]
+    assert dry[2:22] == [f"  day=1995-03-{n:02}: {n} row(s) in 1 data file(s)" for n in range(1, 21)]
+    assert dry[22:] == ["  ... and 3 more (all in the result's impact)"]
+
+
 def test_a_commit_the_history_does_not_hold_is_an_error():
     with pytest.raises(CommitNotFoundError, match="no commit of this run"):
         _update().to_result(JobRecord(outcome=Outcome.COMMITTED, snapshot_id=3))

@@ -24,9 +24,19 @@ def log_dml_result(log: Logger, table: str, result: DmlResult) -> None:
     if result["noop"]:
         log.info("No-op: nothing matched; %s stays on snapshot %s.", table, result["snapshot_id"])
         return
+    others = result["group_size"] - 1
+    if result["replayed"]:
+        committed = "Snapshot %s, committed by an earlier try of this run"
+    elif others:
+        committed = f"Snapshot %s applied this change with {others} other(s) in one commit"
+    else:
+        committed = "Committed snapshot %s"
     log.info(
-        "Committed snapshot %s (%s, plan %s, write mode %s): %d row(s) deleted, %d inserted, "
-        "%d delete file(s) and %d data file(s) added, %d data file(s) removed, in %.1fs.",
+        committed
+        + " (%s, plan %s, write mode %s): "
+        + ("this change's " if others else "")
+        + "%d row(s) deleted, %d inserted; %d delete file(s) and %d data file(s) added, %d data file(s) "
+        "removed, in %.1fs.",
         result["snapshot_id"],
         result["operation"],
         result["plan"],
