@@ -18,7 +18,9 @@ waiting days share that commit, in one MERGE; otherwise each commit holds one ki
 change commits once per run: a retried task finds its run's commit by the run key and commits
 nothing more, so a rate is never applied twice to a day.
 
-Run it after the quickstart (which creates the table), over the days to fix::
+Run it after the quickstart (which creates the table), over the days to fix, with a scheduler running
+on a metadata database that takes concurrent writers (PostgreSQL or MySQL; Airflow's SQLite database
+fails with "database is locked")::
 
     airflow backfill create --dag-id iceberg_dml_backfill \\
         --from-date 1995-03-01 --to-date 1995-03-08 --max-active-runs 4
