@@ -71,9 +71,9 @@ def partition_fields(table: Table) -> dict[int, list[PartitionField]]:
 def spark_partition_namer(table: Table) -> Callable[[Mapping[str, Any]], str]:
     """A function that names a partition as Spark reports it (its ``_partition`` struct as JSON, field
     name to value) by ``name=value, ...``. Numbers are stored transform results and are named by the
-    field's transform (the current spec's field of that name first); text is kept as Spark gave it (a
-    date, a decimal, a string). A field Spark lists with no value is ``null`` (also the value of a field
-    that a file's own spec does not have)."""
+    field's transform (the current spec's field of that name first), as is a boolean (``true``); text
+    is kept as Spark gave it (a date, a decimal, a string). A field Spark lists with no value is
+    ``null`` (also the value of a field that a file's own spec does not have)."""
     fields = partition_fields(table)
     by_name: dict[str, PartitionField] = {}
     for spec_id in [table.spec().spec_id, *fields]:
@@ -86,7 +86,7 @@ def spark_partition_namer(table: Table) -> Callable[[Mapping[str, Any]], str]:
             field = by_name.get(key)
             if value is None:
                 text = "null"
-            elif isinstance(value, (str, bool)) or field is None:
+            elif isinstance(value, str) or field is None:
                 text = str(value)
             else:
                 text = field.human(value)

@@ -334,7 +334,7 @@ def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hoo
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import DayTransform, IdentityTransform, YearTransform
-    from pyiceberg.types import DateType, LongType, NestedField, StringType
+    from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
 
     from airflow_iceberg_dml.health import file_entries
     from airflow_iceberg_dml.partition_names import spark_partition_namer
@@ -374,6 +374,12 @@ def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hoo
         "status=O b, ordered_year=1998, shipped_day=null"
     )
     assert name({}) == "unpartitioned"
+    flagged = catalog_hook.catalog.create_table(
+        new_table_name("health_flag"),
+        Schema(NestedField(1, "flag", BooleanType(), required=False)),
+        partition_spec=PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "flag")),
+    )
+    assert spark_partition_namer(flagged)({"flag": True}) == "flag=true"  # as Iceberg names its folder
 
 
 def test_a_partition_value_python_cannot_name_is_shown_as_stored():
