@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from pyiceberg.table import Table
     from pyiceberg.transforms import Transform
@@ -38,13 +38,14 @@ class PartitionField:
         return str(value)
 
 
+def _joined(named: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{name}={text}" for name, text in named) or "unpartitioned"
+
+
 def partition_label(spec_id: int, fields: Sequence[PartitionField], values: Sequence[Any]) -> str:
     """``name=value, ...`` of a manifest entry's partition (``values`` in the order of its spec's
     ``fields``): ``o_orderdate_year=1992``, not the stored 22; ``spec N:`` first for a spec other than 0."""
-    text = (
-        ", ".join(f"{field.name}={field.human(value)}" for field, value in zip(fields, values, strict=False))
-        or "unpartitioned"
-    )
+    text = _joined((field.name, field.human(value)) for field, value in zip(fields, values, strict=False))
     return text if spec_id == 0 else f"spec {spec_id}: {text}"
 
 
@@ -80,17 +81,10 @@ def spark_partition_namer(table: Table) -> Callable[[Mapping[str, Any]], str]:
         for field in fields.get(spec_id, []):
             by_name.setdefault(field.name, field)
 
-    def name(values: Mapping[str, Any]) -> str:
-        parts = []
-        for key, value in values.items():
-            field = by_name.get(key)
-            if value is None:
-                text = "null"
-            elif isinstance(value, str) or field is None:
-                text = str(value)
-            else:
-                text = field.human(value)
-            parts.append(f"{key}={text}")
-        return ", ".join(parts) or "unpartitioned"
+    def text(key: str, value: Any) -> str:
+        field = by_name.get(key)
+        if value is None:
+            return "null"
+        return str(value) if isinstance(value, str) or field is None else field.human(value)
 
-    return name
+    return lambda values: _joined((key, text(key, value)) for key, value in values.items())

@@ -24,23 +24,21 @@ def log_dml_result(log: Logger, table: str, result: DmlResult) -> None:
     if result["noop"]:
         log.info("No-op: nothing matched; %s stays on snapshot %s.", table, result["snapshot_id"])
         return
-    others = result["group_size"] - 1
+    snapshot, others = result["snapshot_id"], result["group_size"] - 1
     if result["replayed"]:
-        committed = "Snapshot %s, committed by an earlier try of this run"
+        committed = f"Snapshot {snapshot}, committed by an earlier try of this run"
     elif others:
-        committed = f"Snapshot %s applied this change with {others} other(s) in one commit"
+        committed = f"Snapshot {snapshot} applied this change with {others} other(s) in one commit"
     else:
-        committed = "Committed snapshot %s"
+        committed = f"Committed snapshot {snapshot}"
     log.info(
-        committed
-        + " (%s, plan %s, write mode %s): "
-        + ("this change's " if others else "")
-        + "%d row(s) deleted, %d inserted; %d delete file(s) and %d data file(s) added, %d data file(s) "
-        "removed, in %.1fs.",
-        result["snapshot_id"],
+        "%s (%s, plan %s, write mode %s): %s%d row(s) deleted, %d inserted; %d delete file(s) and %d data "
+        "file(s) added, %d data file(s) removed, in %.1fs.",
+        committed,
         result["operation"],
         result["plan"],
         result["write_mode"],
+        "this change's " if others else "",
         result["rows_deleted"],
         result["rows_inserted"],
         result["added_delete_files"],
