@@ -20,7 +20,8 @@ machine's peak memory in use (sampled every second, minus what was in use before
 started), how busy the machine's cores were (every process's CPU time, and the warm engine's server's,
 over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
-the rest, from the task logs), and how long each task's LocalExecutor slot stayed taken after the task's
+the rest, from the task logs; the time between two commits, and a job's checks and count against its
+statement and commit), and how long each task's LocalExecutor slot stayed taken after the task's
 end (to its supervisor's "Workload finished"; ``airflow_iceberg_dml/task_exit.py`` says why that can be
 5 s), and how the backfill used the executor's slots (``slot_use``: the time before its first task, from
 its first task to its last, and after the last; a task's mean duration; the share of the slots' time that
@@ -30,7 +31,7 @@ up to a third on this machine: ``--repeat N`` runs each N times, in rounds (ever
 then again), and the ratios and the plot use the medians.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
-[--repeat 1]``
+[--repeat 1] [--keep-logs DIR]``
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import Any
 
 from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
-from bench.task_phases import PHASES, failure_lines, slot_hold_after_end, slot_use, task_phases
+from bench.task_phases import JOB_PARTS, PHASES, failure_lines, slot_hold_after_end, slot_use, task_phases
 
 DAG_FILES = {
     "connect": REPO / "dags" / "iceberg_dml_backfill.py",
@@ -128,6 +129,7 @@ def _one(
     engine_uri: str,
     engine_pid: int | None,
     repeat: int = 0,
+    keep_logs: Path | None = None,
 ) -> dict[str, Any]:
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -191,6 +193,9 @@ def _one(
     held = slot_hold_after_end(home / "airflow" / "scheduler.log", ends)
     for failure in failures:
         log(f"task failed: {failure}")
+    if keep_logs is not None:
+        shutil.copytree(home / "airflow" / "logs", keep_logs / label, dirs_exist_ok=True)
+        log(f"task logs: {keep_logs / label}")
     shutil.rmtree(home, ignore_errors=True)
     return {
         "engine": engine_kind,
@@ -229,6 +234,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--engines", default="connect,submit,noop")
     parser.add_argument("--scale-factor", default="0.1")
     parser.add_argument("--repeat", type=int, default=1, help="backfills per configuration (ratios: medians)")
+    parser.add_argument("--keep-logs", type=Path, help="copy each backfill's task logs into this folder")
     args, _ = parser.parse_known_args(argv)
     days = 4 if args.quick else args.dates
     levels = [2] if args.quick else [int(n) for n in args.max_active_runs.split(",")]
@@ -259,6 +265,7 @@ def main(argv: list[str]) -> None:
                     engine_uri=state.connection_uri,
                     engine_pid=engine_pid,
                     repeat=repeat,
+                    keep_logs=args.keep_logs,
                 )
                 log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
                 rows.append(row)
@@ -269,6 +276,7 @@ def main(argv: list[str]) -> None:
         engine.stop(engine_home)
     print(table(rows))
     print(phases_table(rows))
+    print(chain_table(rows))
     print(cpu_table(rows))
     print(slots_table(rows))
     print(slot_use_table(rows))
@@ -335,6 +343,24 @@ def phases_table(rows: list[dict[str, Any]]) -> str:
                 f"{row['task_phases']['tasks_applied_by_another']} "
                 f"({row['task_phases']['applied_by_another_median_s']:.1f} s)",
                 *(f"{row['task_phases']['median_s'][name]:.1f} s" for name in PHASES),
+            ]
+            for row in measured
+        ],
+    )
+
+
+def chain_table(rows: list[dict[str, Any]]) -> str:
+    """The warm engine's jobs one after another (bench/task_phases.py): the commits its task logs show,
+    the time between two of them, and a job's two parts (medians)."""
+    measured = [row for row in rows if (row.get("task_phases") or {}).get("commit_interval_median_s")]
+    return markdown_table(
+        ["max active runs", "commits", "between two commits", "checks and count", "statement and commit"],
+        [
+            [
+                str(row["max_active_runs"]),
+                str(row["task_phases"]["commits_logged"]),
+                f"{row['task_phases']['commit_interval_median_s']:.2f} s",
+                *(f"{row['task_phases']['job_parts_median_s'][name]:.2f} s" for name in JOB_PARTS),
             ]
             for row in measured
         ],

@@ -12,7 +12,10 @@ Each round runs it twice, on other days each time, in alternating order:
   hook offers it to every job it runs).
 
 Reported: the median job time and the server's CPU time per job (its process and the JVM under it),
-each way, and the file's against Spark SQL's, measured in the same run.
+each way, and the file's against Spark SQL's, measured in the same run; and the job's two parts, split
+at its plan line: the checks and the count of each change's rows, then the statement and its commit.
+Last, at the table's head, the group's count, the cheapest check that any row matches, and the count's
+planning alone, timed apart: what any scan before the commit costs.
 
 ``python -m bench group_job [--quick] [--rounds 6]``
 """
@@ -43,6 +46,8 @@ FIRST_DAY = dt.date(1995, 1, 1)
 SET = {"o_totalprice": "CAST(round(o_totalprice * CAST(:rate AS DECIMAL(4, 2)), 2) AS DECIMAL(15, 2))"}
 WAYS = ("spark", "file")
 LABELS = {"spark": "Spark SQL", "file": "metadata file"}
+#: What each job reports (seconds); the results keep the median of each.
+MEASURES = ("job_s", "checks_s", "statement_s", "server_cpu_s")
 
 
 def group_spec(first: dt.date) -> DmlSpec:
@@ -85,25 +90,71 @@ def grouped_job(
     first: dt.date,
     config: CatalogConfig | None,
     engine_pid: int,
-) -> tuple[float, float]:
-    """Seconds and server CPU seconds of one grouped job; ``config``: read metadata through its catalog.
-    Raises unless the job committed all eight changes in one snapshot."""
+) -> dict[str, float]:
+    """Seconds of one grouped job (``job_s``: all of it; ``checks_s``: to its plan line, the table read, the
+    checks and the count of each change's rows; ``statement_s``: the MERGE, its commit and finding it) and
+    its server CPU seconds; ``config``: read metadata through its catalog. Raises unless the job committed
+    all eight changes in one snapshot."""
     from airflow_iceberg_dml.jobs.dml import DmlJob
     from airflow_iceberg_dml.jobs.runner import log_to
     from airflow_iceberg_dml.jobs.table_state import metadata_through
     from airflow_iceberg_dml.specs.common import group_entries
 
     spec = group_spec(first)
+    planned: list[float] = []
     cpu = process_tree_cpu_seconds(engine_pid)
     started = time.perf_counter()
-    with log_to(lambda _: None), metadata_through(config) if config else nullcontext():
+
+    def at_plan_line(line: str) -> None:
+        if line.startswith("Plan: "):
+            planned.append(time.perf_counter())
+
+    with log_to(at_plan_line), metadata_through(config) if config else nullcontext():
         record = DmlJob(spark, spec).run()
-    seconds, server = time.perf_counter() - started, process_tree_cpu_seconds(engine_pid) - cpu
+    ended, server = time.perf_counter(), process_tree_cpu_seconds(engine_pid) - cpu
     snapshot = hook.load_table(TABLE).snapshot_by_id(record.snapshot_id or -1)
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
     if len(group_entries(summary)) != 1 + len(spec.group):
         raise RuntimeError(f"the grouped job on {first} did not commit its group in one snapshot: {record}")
-    return seconds, server
+    return {
+        "job_s": ended - started,
+        "checks_s": planned[0] - started,
+        "statement_s": ended - planned[0],
+        "server_cpu_s": server,
+    }
+
+
+#: The scans a grouped job could make before its statement, timed apart (:func:`scans_before_commit`).
+SCANS = ("count", "exists", "planning")
+
+
+def scans_before_commit(
+    spark: SparkSession, hook: IcebergCatalogHook, first: dt.date, rounds: int
+) -> dict[str, float]:
+    """Median seconds, at the table's head, of the group's count (each change's rows and the overlap, as
+    the job runs it), of the cheapest check that any row matches (reading stops at the first), and of
+    planning the count alone (``EXPLAIN``: Spark's analysis and Iceberg's scan planning, no file read):
+    what any scan before the commit costs, whatever it computes."""
+    from airflow_iceberg_dml import sql
+
+    spec = group_spec(first)
+    head = hook.load_table(TABLE).metadata.current_snapshot_id
+    source = f"{sql.table_identifier(spec.catalog, spec.table)} VERSION AS OF {head}"
+    wheres = [sql.bind_parameters(spec.where, spec.parameters), *(member.where for member in spec.group)]
+    kinds = [spec.kind.value, *((member.kind or spec.kind).value for member in spec.group)]
+    count = sql.group_count_query(source, wheres, kinds)
+    queries = {
+        "count": count,
+        "exists": sql.exists_query(source, sql.any_of(wheres)),
+        "planning": f"EXPLAIN {count}",
+    }
+    times: dict[str, list[float]] = {scan: [] for scan in SCANS}
+    for round_number in range(rounds):
+        for scan in SCANS if round_number % 2 == 0 else SCANS[::-1]:
+            started = time.perf_counter()
+            spark.sql(queries[scan]).collect()
+            times[scan].append(time.perf_counter() - started)
+    return {scan: statistics.median(seconds) for scan, seconds in times.items()}
 
 
 def main(argv: list[str]) -> None:
@@ -127,7 +178,7 @@ def main(argv: list[str]) -> None:
     create_orders_table(hook.catalog, TABLE, scale)
     home = Path(tempfile.mkdtemp(prefix="bench-group-job-"))
     state = engine.start(home=home, port=free_port(), catalog=hook.catalog_config)
-    measured: dict[str, list[tuple[float, float]]] = {way: [] for way in WAYS}
+    measured: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
     try:
         engine_pid = engine.server_pid(state, home)
         spark = SparkSession.builder.remote(state.url).getOrCreate()
@@ -139,7 +190,8 @@ def main(argv: list[str]) -> None:
                     day += dt.timedelta(days=5)
                     config = hook.catalog_config if way == "file" else None
                     measured[way].append(grouped_job(spark, hook, day, config, engine_pid))
-                    log(f"group job, {LABELS[way]}: {measured[way][-1][0]:.2f} s")
+                    log(f"group job, {LABELS[way]}: {measured[way][-1]['job_s']:.2f} s")
+            scans = scans_before_commit(spark, hook, day + dt.timedelta(days=5), rounds)
         finally:
             spark.stop()  # before the server: a client left open waits for it
     finally:
@@ -147,22 +199,34 @@ def main(argv: list[str]) -> None:
         hook.catalog.purge_table(TABLE)
     result = {
         way: {
-            "job_s": statistics.median(seconds for seconds, _ in runs),
-            "server_cpu_s": statistics.median(cpu for _, cpu in runs),
+            **{key: statistics.median(run[key] for run in runs) for key in MEASURES},
             "jobs": len(runs),
         }
         for way, runs in measured.items()
     }
     ratios = {key: result["file"][key] / result["spark"][key] for key in ("job_s", "server_cpu_s")}
-    payload = {"scale_factor": scale, "ways": result, "file_vs_spark": ratios}
+    payload = {"scale_factor": scale, "ways": result, "file_vs_spark": ratios, "scans_s": scans}
     write_results("group_job", payload, quick=args.quick)
     print(
         markdown_table(
-            ["table metadata read through", "job (median)", "server CPU per job (median)"],
             [
-                [LABELS[way], f"{result[way]['job_s']:.2f} s", f"{result[way]['server_cpu_s']:.2f} s"]
-                for way in WAYS
-            ]
-            + [["file / Spark SQL", f"{ratios['job_s']:.2f}x", f"{ratios['server_cpu_s']:.2f}x"]],
+                "table metadata read through",
+                "job (median)",
+                "checks and count",
+                "statement and commit",
+                "server CPU per job (median)",
+            ],
+            [[LABELS[way], *(f"{result[way][key]:.2f} s" for key in MEASURES)] for way in WAYS]
+            + [["file / Spark SQL", f"{ratios['job_s']:.2f}x", "", "", f"{ratios['server_cpu_s']:.2f}x"]],
+        )
+    )
+    print(
+        markdown_table(
+            ["before the statement, at the head", "seconds (median)"],
+            [
+                ["the group's count (as the job runs it)", f"{scans['count']:.2f} s"],
+                ["whether any row matches (stops at the first)", f"{scans['exists']:.2f} s"],
+                ["planning the count only (EXPLAIN)", f"{scans['planning']:.2f} s"],
+            ],
         )
     )

@@ -49,7 +49,7 @@ def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, A
     started = time.perf_counter()
     state = engine.start(home=home, port=free_port(), catalog=hook.catalog_config, warm_rounds=rounds)
     start_s = time.perf_counter() - started
-    jobs: list[tuple[float, float]] = []
+    jobs: list[dict[str, float]] = []
     try:
         pid = engine.server_pid(state, engine.engine_dir(home))
         spark = SparkSession.builder.remote(state.url).getOrCreate()
@@ -64,10 +64,10 @@ def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, A
     half = JOBS // 2
     return {
         "start_s": start_s,
-        "first_jobs_s": statistics.mean(seconds for seconds, _ in jobs[:half]),
-        "next_jobs_s": statistics.mean(seconds for seconds, _ in jobs[half:]),
-        "jobs_s": sum(seconds for seconds, _ in jobs),
-        "jobs_server_cpu_s": sum(cpu for _, cpu in jobs),
+        "first_jobs_s": statistics.mean(job["job_s"] for job in jobs[:half]),
+        "next_jobs_s": statistics.mean(job["job_s"] for job in jobs[half:]),
+        "jobs_s": sum(job["job_s"] for job in jobs),
+        "jobs_server_cpu_s": sum(job["server_cpu_s"] for job in jobs),
     }
 
 

@@ -15,11 +15,17 @@ task instance's start and end that gives:
 - ``after``: reading the table back, the health, the result, and the task's end.
 
 A task whose change another task's commit applied (group commit) runs no job; it is counted apart.
+
+A job's time splits at its plan line (``Plan: ...``) into ``checks`` (the table read, the checks of
+``where`` and ``set``, and the count of each grouped change's rows or, alone, whether any row matches)
+and ``statement`` (the DELETE, UPDATE or MERGE, its commit, and finding it). With one writer per table the
+jobs run one after another: the time between two commits (``commit_interval``) sets the backfill's pace.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import re
 import statistics
@@ -30,6 +36,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PHASES = ("startup", "plan", "turn", "session", "job", "after")
+JOB_PARTS = ("checks", "statement")
+_HOOK_LOGGER = "IcebergSparkConnectHook"
 _WAITED = re.compile(r"Waited ([0-9.]+) s for the turn")
 
 
@@ -65,18 +73,33 @@ def phases_of(path: Path, start: dt.datetime, end: dt.datetime) -> dict[str, flo
     lines = _lines(path)
     parsed = next((when for when, event, _ in lines if "startup parse complete" in event), None)
     planned = next((when for when, event, _ in lines if "head snapshot" in event), None)
-    job_lines = [when for when, _, logger in lines if logger.endswith("IcebergSparkConnectHook")]
-    if parsed is None or planned is None or not job_lines:
+    job = [(when, event) for when, event, logger in lines if logger.endswith(_HOOK_LOGGER)]
+    if parsed is None or planned is None or not job:
         return None
     waited = next((float(m.group(1)) for _, event, _ in lines if (m := _WAITED.search(event))), 0.0)
-    return {
+    first, last = job[0][0], job[-1][0]
+    phases = {
         "startup": (parsed - start).total_seconds(),
         "plan": (planned - parsed).total_seconds(),
         "turn": waited,
-        "session": max(0.0, (job_lines[0] - planned).total_seconds() - waited),
-        "job": (job_lines[-1] - job_lines[0]).total_seconds(),
-        "after": (end - job_lines[-1]).total_seconds(),
+        "session": max(0.0, (first - planned).total_seconds() - waited),
+        "job": (last - first).total_seconds(),
+        "after": (end - last).total_seconds(),
     }
+    statement = next((when for when, event in job if event.startswith("Plan: ")), None)
+    if statement is not None:  # a job that found nothing to change has no plan line
+        phases["checks"] = (statement - first).total_seconds()
+        phases["statement"] = (last - statement).total_seconds()
+    return phases
+
+
+def commit_times(path: Path) -> list[dt.datetime]:
+    """When the job of a task's log committed (its "Committed snapshot" lines)."""
+    return [
+        when
+        for when, event, logger in _lines(path)
+        if logger.endswith(_HOOK_LOGGER) and event.startswith("Committed snapshot")
+    ]
 
 
 def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -84,23 +107,34 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
     try_number, start, end, ...) of the task instances."""
     measured: list[dict[str, float]] = []
     claimed = []
+    commits: list[dt.datetime] = []
     for run_id, task_id, try_number, start, end, *_ in instances:
         if not (start and end):
             continue
         path = log_path(logs, dag_id, run_id, task_id, try_number)
         if not path.exists():
             continue
+        commits.extend(commit_times(path))
         one = phases_of(path, start, end)
         if one is None:
             claimed.append((end - start).total_seconds())
         else:
             measured.append(one)
     medians = {name: statistics.median(m[name] for m in measured) if measured else 0.0 for name in PHASES}
+    parts = {
+        name: statistics.median(values) if (values := [m[name] for m in measured if name in m]) else 0.0
+        for name in JOB_PARTS
+    }
+    commits.sort()
+    intervals = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(commits)]
     return {
         "tasks_with_job": len(measured),
         "tasks_applied_by_another": len(claimed),
         "median_s": medians,
+        "job_parts_median_s": parts,
         "applied_by_another_median_s": statistics.median(claimed) if claimed else 0.0,
+        "commits_logged": len(commits),
+        "commit_interval_median_s": statistics.median(intervals) if intervals else None,
     }
 
 

@@ -1,0 +1,81 @@
+"""The backfill benchmark's reading of task logs (bench/task_phases.py): pure logic on written logs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from bench.task_phases import log_path, phases_of, task_phases
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+HOOK = "airflow.task.hooks.airflow_iceberg_dml.hooks.spark_connect.IcebergSparkConnectHook"
+OPERATOR = "airflow.task.operators.airflow_iceberg_dml.operators.dml.IcebergUpdateOperator"
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def write_log(path: Path, lines: list[tuple[float, str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = [{"timestamp": at(s).isoformat(), "event": e, "logger": logger} for s, e, logger in lines]
+    path.write_text("\n".join(json.dumps(entry) for entry in entries) + "\nnot json\n")
+
+
+def leader(commit_at: float) -> list[tuple[float, str, str]]:
+    """A task that waited 1 s for its turn, counted its group and committed at ``commit_at``."""
+    return [
+        (0.2, "Worker startup parse complete", "airflow.dag_processing"),
+        (0.5, "UPDATE on t (ref main, head snapshot 1), write mode merge-on-read", OPERATOR),
+        (1.5, "Waited 1.00 s for the turn on t (another task was changing it).", OPERATOR),
+        (1.6, "Spark Connect: job x in session s on 127.0.0.1:1", HOOK),
+        (2.1, "Group commit: this change matches 3 row(s); 2 waiting change(s) match 5 more", HOOK),
+        (2.2, "Plan: row-level merge-on-read: UPDATE t SET ...", HOOK),
+        (commit_at, "Committed snapshot 2 on t (ref main)", HOOK),
+    ]
+
+
+def test_a_job_splits_at_its_plan_line_and_commits_are_timed_one_after_another(tmp_path: Path) -> None:
+    instances = [
+        ("run0", "a", 1, at(0), at(3.0), "success"),
+        ("run1", "a", 1, at(0), at(4.5), "success"),
+        ("run2", "a", 1, at(0), at(5.0), "success"),  # applied by another: no job of its own
+    ]
+    write_log(log_path(tmp_path, "d", "run0", "a", 1), leader(2.9))
+    write_log(log_path(tmp_path, "d", "run1", "a", 1), leader(4.4))
+    write_log(log_path(tmp_path, "d", "run2", "a", 1), leader(0)[:3])
+
+    one = phases_of(log_path(tmp_path, "d", "run0", "a", 1), at(0), at(3.0))
+    assert one is not None
+    assert one["turn"] == 1.0
+    assert one["job"] == pytest.approx(1.3)
+    assert one["checks"] == pytest.approx(0.6)
+    assert one["statement"] == pytest.approx(0.7)
+    assert one["checks"] + one["statement"] == pytest.approx(one["job"])
+
+    phases = task_phases(tmp_path, "d", instances)
+    assert phases["tasks_with_job"] == 2
+    assert phases["tasks_applied_by_another"] == 1
+    assert phases["commits_logged"] == 2
+    assert phases["commit_interval_median_s"] == pytest.approx(1.5)
+    assert phases["job_parts_median_s"]["statement"] == pytest.approx((0.7 + 2.2) / 2)
+
+
+def test_a_job_that_found_nothing_to_change_has_no_parts_and_no_commit(tmp_path: Path) -> None:
+    nothing = "No row matches at snapshot 1: nothing to change, nothing committed."
+    lines = [*leader(0)[:5], (2.3, nothing, HOOK)]
+    write_log(log_path(tmp_path, "d", "run0", "a", 1), lines)
+    instances = [("run0", "a", 1, at(0), at(2.5), "success")]
+    one = phases_of(log_path(tmp_path, "d", "run0", "a", 1), at(0), at(2.5))
+    assert one is not None
+    assert "checks" not in one
+    phases = task_phases(tmp_path, "d", instances)
+    assert phases["commits_logged"] == 0
+    assert phases["commit_interval_median_s"] is None
+    assert phases["job_parts_median_s"] == {"checks": 0.0, "statement": 0.0}
