@@ -57,7 +57,8 @@ def _entries(path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def _lines(path: Path) -> list[tuple[dt.datetime, str, str]]:
+def log_lines(path: Path) -> list[tuple[dt.datetime, str, str]]:
+    """A task log's lines as (timestamp, event, logger)."""
     found = []
     for entry in _entries(path):
         try:
@@ -68,9 +69,10 @@ def _lines(path: Path) -> list[tuple[dt.datetime, str, str]]:
     return found
 
 
-def phases_of(path: Path, start: dt.datetime, end: dt.datetime) -> dict[str, float] | None:
-    """The phases of one task (seconds), or None when it ran no job of its own."""
-    lines = _lines(path)
+def phases_of(
+    lines: list[tuple[dt.datetime, str, str]], start: dt.datetime, end: dt.datetime
+) -> dict[str, float] | None:
+    """The phases of one task (seconds) from its :func:`log_lines`, or None when it ran no job of its own."""
     parsed = next((when for when, event, _ in lines if "startup parse complete" in event), None)
     planned = next((when for when, event, _ in lines if "head snapshot" in event), None)
     job = [(when, event) for when, event, logger in lines if logger.endswith(_HOOK_LOGGER)]
@@ -93,11 +95,11 @@ def phases_of(path: Path, start: dt.datetime, end: dt.datetime) -> dict[str, flo
     return phases
 
 
-def commit_times(path: Path) -> list[dt.datetime]:
-    """When the job of a task's log committed (its "Committed snapshot" lines)."""
+def commit_times(lines: list[tuple[dt.datetime, str, str]]) -> list[dt.datetime]:
+    """When the job of a task's log (its :func:`log_lines`) committed: its "Committed snapshot" lines."""
     return [
         when
-        for when, event, logger in _lines(path)
+        for when, event, logger in lines
         if logger.endswith(_HOOK_LOGGER) and event.startswith("Committed snapshot")
     ]
 
@@ -114,8 +116,9 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         path = log_path(logs, dag_id, run_id, task_id, try_number)
         if not path.exists():
             continue
-        commits.extend(commit_times(path))
-        one = phases_of(path, start, end)
+        lines = log_lines(path)
+        commits.extend(commit_times(lines))
+        one = phases_of(lines, start, end)
         if one is None:
             claimed.append((end - start).total_seconds())
         else:

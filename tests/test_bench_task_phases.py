@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bench.task_phases import log_path, phases_of, task_phases
+from bench.task_phases import log_lines, log_path, phases_of, task_phases
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,7 +51,7 @@ def test_a_job_splits_at_its_plan_line_and_commits_are_timed_one_after_another(t
     write_log(log_path(tmp_path, "d", "run1", "a", 1), leader(4.4))
     write_log(log_path(tmp_path, "d", "run2", "a", 1), leader(0)[:3])
 
-    one = phases_of(log_path(tmp_path, "d", "run0", "a", 1), at(0), at(3.0))
+    one = phases_of(log_lines(log_path(tmp_path, "d", "run0", "a", 1)), at(0), at(3.0))
     assert one is not None
     assert one["turn"] == 1.0
     assert one["job"] == pytest.approx(1.3)
@@ -72,7 +72,7 @@ def test_a_job_that_found_nothing_to_change_has_no_parts_and_no_commit(tmp_path:
     lines = [*leader(0)[:5], (2.3, nothing, HOOK)]
     write_log(log_path(tmp_path, "d", "run0", "a", 1), lines)
     instances = [("run0", "a", 1, at(0), at(2.5), "success")]
-    one = phases_of(log_path(tmp_path, "d", "run0", "a", 1), at(0), at(2.5))
+    one = phases_of(log_lines(log_path(tmp_path, "d", "run0", "a", 1)), at(0), at(2.5))
     assert one is not None
     assert "checks" not in one
     phases = task_phases(tmp_path, "d", instances)
