@@ -14,6 +14,9 @@ Each round runs it twice, on other days each time, in alternating order:
 Reported: the median job time and the server's CPU time per job (its process and the JVM under it),
 each way, and the file's against Spark SQL's, measured in the same run; and the job's two parts, split
 at its plan line: the checks and the count of each change's rows, then the statement and its commit.
+The server's CPU is also split by the JVM's threads that spent it: Spark's tasks (the executor's
+threads, which read and write the files), the JIT compilers, garbage collection, and the rest, the
+driver (each statement's parsing, analysis, planning, scheduling and commit, and the server's RPCs).
 Last, at the table's head, the group's count, the cheapest check that any row matches, and the count's
 planning alone, timed apart: what any scan before the commit costs.
 
@@ -25,10 +28,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import os
 import statistics
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +52,20 @@ WAYS = ("spark", "file")
 LABELS = {"spark": "Spark SQL", "file": "metadata file"}
 #: What each job reports (seconds); the results keep the median of each.
 MEASURES = ("job_s", "checks_s", "statement_s", "server_cpu_s")
+#: The JVM's threads that are not the driver's, by the start of their names (Linux keeps 15 characters).
+THREAD_KINDS = {
+    "tasks": ("Executor task l",),
+    "jit": ("C1 CompilerThre", "C2 CompilerThre"),
+    "gc": ("GC Thread", "G1 ", "VM Thread"),
+}
+#: Where the server's CPU went: those kinds, then the driver (every other thread, and the ones gone).
+SERVER_PARTS = (*THREAD_KINDS, "driver")
+PART_LABELS = {
+    "tasks": "Spark's tasks (reading and writing the files)",
+    "jit": "the JIT compilers (C1 and C2)",
+    "gc": "garbage collection (and the VM thread's safepoints)",
+    "driver": "the driver (each statement's parsing, analysis, planning, scheduling, commit; RPCs)",
+}
 
 
 def group_spec(first: dt.date) -> DmlSpec:
@@ -84,6 +102,40 @@ def group_spec(first: dt.date) -> DmlSpec:
     )
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
+    """Thread id to (kind in THREAD_KINDS, or "driver"; CPU seconds) for each live thread of process
+    ``pid`` and its descendants (Linux's ``/proc``: a thread's name and its user and system ticks)."""
+    import psutil
+
+    tick = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, tuple[str, float]] = {}
+    with suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for process in [root, *root.children(recursive=True)]:
+            for task in Path(f"/proc/{process.pid}/task").glob("*"):
+                with suppress(OSError, ValueError):
+                    name = (task / "comm").read_text().strip()
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                    kind = next(
+                        (k for k, starts in THREAD_KINDS.items() if name.startswith(starts)), "driver"
+                    )
+                    threads[int(task.name)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+    return threads
+
+
+def server_parts(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], total: float
+) -> dict[str, float]:
+    """``total`` CPU seconds split by SERVER_PARTS between two readings of :func:`thread_cpu_seconds`: a
+    thread born between them counts from zero; what the threads gone meanwhile spent is the driver's
+    (the server's operations run each on a thread of its own)."""
+    parts = dict.fromkeys(THREAD_KINDS, 0.0)
+    for thread, (kind, seconds) in after.items():
+        if kind in parts:
+            parts[kind] += seconds - before.get(thread, (kind, 0.0))[1]
+    return {**parts, "driver": total - sum(parts.values())}
+
+
 def grouped_job(
     spark: SparkSession,
     hook: IcebergCatalogHook,
@@ -93,8 +145,8 @@ def grouped_job(
 ) -> dict[str, float]:
     """Seconds of one grouped job (``job_s``: all of it; ``checks_s``: to its plan line, the table read, the
     checks and the count of each change's rows; ``statement_s``: the MERGE, its commit and finding it) and
-    its server CPU seconds; ``config``: read metadata through its catalog. Raises unless the job committed
-    all eight changes in one snapshot."""
+    its server CPU seconds, all and by SERVER_PARTS; ``config``: read metadata through its catalog. Raises
+    unless the job committed all eight changes in one snapshot."""
     from airflow_iceberg_dml.jobs.dml import DmlJob
     from airflow_iceberg_dml.jobs.runner import log_to
     from airflow_iceberg_dml.jobs.table_state import metadata_through
@@ -102,7 +154,7 @@ def grouped_job(
 
     spec = group_spec(first)
     planned: list[float] = []
-    cpu = process_tree_cpu_seconds(engine_pid)
+    cpu, threads = process_tree_cpu_seconds(engine_pid), thread_cpu_seconds(engine_pid)
     started = time.perf_counter()
 
     def at_plan_line(line: str) -> None:
@@ -112,6 +164,7 @@ def grouped_job(
     with log_to(at_plan_line), metadata_through(config) if config else nullcontext():
         record = DmlJob(spark, spec).run()
     ended, server = time.perf_counter(), process_tree_cpu_seconds(engine_pid) - cpu
+    parts = server_parts(threads, thread_cpu_seconds(engine_pid), server)
     snapshot = hook.load_table(TABLE).snapshot_by_id(record.snapshot_id or -1)
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
     if len(group_entries(summary)) != 1 + len(spec.group):
@@ -121,6 +174,7 @@ def grouped_job(
         "checks_s": planned[0] - started,
         "statement_s": ended - planned[0],
         "server_cpu_s": server,
+        **{f"server_{part}_cpu_s": seconds for part, seconds in parts.items()},
     }
 
 
@@ -204,8 +258,22 @@ def main(argv: list[str]) -> None:
         }
         for way, runs in measured.items()
     }
+    # Shares of the CPU all of a way's jobs spent, not medians: those would not add up.
+    shares = {
+        way: {
+            part: sum(run[f"server_{part}_cpu_s"] for run in runs) / sum(run["server_cpu_s"] for run in runs)
+            for part in SERVER_PARTS
+        }
+        for way, runs in measured.items()
+    }
     ratios = {key: result["file"][key] / result["spark"][key] for key in ("job_s", "server_cpu_s")}
-    payload = {"scale_factor": scale, "ways": result, "file_vs_spark": ratios, "scans_s": scans}
+    payload = {
+        "scale_factor": scale,
+        "ways": result,
+        "file_vs_spark": ratios,
+        "scans_s": scans,
+        "server_cpu_share": shares,
+    }
     write_results("group_job", payload, quick=args.quick)
     print(
         markdown_table(
@@ -228,5 +296,11 @@ def main(argv: list[str]) -> None:
                 ["whether any row matches (stops at the first)", f"{scans['exists']:.2f} s"],
                 ["planning the count only (EXPLAIN)", f"{scans['planning']:.2f} s"],
             ],
+        )
+    )
+    print(
+        markdown_table(
+            ["the server's CPU per job, spent by", *(LABELS[way] for way in WAYS)],
+            [[PART_LABELS[part], *(f"{shares[way][part]:.0%}" for way in WAYS)] for part in SERVER_PARTS],
         )
     )

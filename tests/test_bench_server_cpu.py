@@ -1,0 +1,50 @@
+"""The grouped-job benchmark's split of the server's CPU by the JVM's threads (bench/bench_group_job.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.bench_group_job import SERVER_PARTS, server_parts, thread_cpu_seconds
+
+
+def test_a_thread_born_between_readings_counts_from_zero_and_one_gone_is_the_drivers() -> None:
+    before = {1: ("tasks", 10.0), 2: ("jit", 5.0), 3: ("driver", 1.0), 4: ("tasks", 2.0)}
+    # thread 4 (a task thread) is gone; thread 5 (a compiler) was born; thread 3 spent 0.5 s
+    after = {1: ("tasks", 10.25), 2: ("jit", 5.5), 3: ("driver", 1.5), 5: ("jit", 0.5)}
+    parts = server_parts(before, after, total=2.0)
+    assert set(parts) == set(SERVER_PARTS)
+    assert parts["tasks"] == pytest.approx(0.25)
+    assert parts["jit"] == pytest.approx(1.0)
+    assert parts["gc"] == 0.0
+    assert parts["driver"] == pytest.approx(0.75)  # the rest of the total, whatever the gone threads spent
+    assert sum(parts.values()) == pytest.approx(2.0)
+
+
+def test_threads_of_a_live_process_are_read_by_name_and_time() -> None:
+    spent, read = threading.Event(), threading.Event()
+
+    def burn() -> None:
+        # named as the JVM names its executor threads (Linux keeps 15 characters)
+        Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text("Executor task launch worker")
+        deadline = time.thread_time() + 0.3
+        while time.thread_time() < deadline:
+            pass
+        spent.set()
+        read.wait(30)  # alive until read
+
+    before = thread_cpu_seconds(os.getpid())
+    worker = threading.Thread(target=burn)
+    worker.start()
+    spent.wait(30)
+    after = thread_cpu_seconds(os.getpid())
+    read.set()
+    worker.join()
+    born = {thread: entry for thread, entry in after.items() if thread not in before}
+    assert [kind for kind, _ in born.values()] == ["tasks"]
+    assert next(iter(born.values()))[1] >= 0.2
+    assert after[os.getpid()][0] == "driver"  # the main thread: none of the named kinds
