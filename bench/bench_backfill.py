@@ -31,7 +31,7 @@ up to a third on this machine: ``--repeat N`` runs each N times, in rounds (ever
 then again), and the ratios and the plot use the medians.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
-[--repeat 1] [--keep-logs DIR]``
+[--repeat 1] [--keep-logs DIR] [--engine-conf KEY=VALUE ...]``
 """
 
 from __future__ import annotations
@@ -235,7 +235,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--scale-factor", default="0.1")
     parser.add_argument("--repeat", type=int, default=1, help="backfills per configuration (ratios: medians)")
     parser.add_argument("--keep-logs", type=Path, help="copy each backfill's task logs into this folder")
+    parser.add_argument(
+        "--engine-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the warm engine's server (repeatable; the results keep them)",
+    )
     args, _ = parser.parse_known_args(argv)
+    engine_conf = dict(setting.split("=", 1) for setting in args.engine_conf)
     days = 4 if args.quick else args.dates
     levels = [2] if args.quick else [int(n) for n in args.max_active_runs.split(",")]
     kinds = ["connect", "noop"] if args.quick else args.engines.split(",")
@@ -248,7 +256,10 @@ def main(argv: list[str]) -> None:
     rows: list[dict[str, Any]] = []
     engine_home = Path(tempfile.mkdtemp(prefix="bench-backfill-engine-"))
     state = engine.start(
-        home=engine_home, port=free_port(), catalog=IcebergCatalogHook("iceberg_default").catalog_config
+        home=engine_home,
+        port=free_port(),
+        catalog=IcebergCatalogHook("iceberg_default").catalog_config,
+        conf=engine_conf,
     )
     engine_pid = engine.server_pid(state, engine_home)
     try:
@@ -270,7 +281,7 @@ def main(argv: list[str]) -> None:
                 log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
                 rows.append(row)
                 _ratios(rows)  # written after each configuration: a long run keeps what it measured
-                results = {"scale_factor": scale, "days": days, "rows": rows}
+                results = {"scale_factor": scale, "days": days, "engine_conf": engine_conf, "rows": rows}
                 write_results("backfill", results, quick=args.quick)
     finally:
         engine.stop(engine_home)
