@@ -243,6 +243,8 @@ def main(argv: list[str]) -> None:
         help="a Spark setting of the warm engine's server (repeatable; the results keep them)",
     )
     args, _ = parser.parse_known_args(argv)
+    if malformed := [setting for setting in args.engine_conf if "=" not in setting]:
+        parser.error(f"--engine-conf takes KEY=VALUE, not {', '.join(map(repr, malformed))}")
     engine_conf = dict(setting.split("=", 1) for setting in args.engine_conf)
     days = 4 if args.quick else args.dates
     levels = [2] if args.quick else [int(n) for n in args.max_active_runs.split(",")]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import os
 import statistics
 import tempfile
 import time
@@ -104,22 +103,21 @@ def group_spec(first: dt.date) -> DmlSpec:
 
 def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
     """Thread id to (kind in THREAD_KINDS, or "driver"; CPU seconds) for each live thread of process
-    ``pid`` and its descendants (Linux's ``/proc``: a thread's name and its user and system ticks)."""
+    ``pid`` and its descendants: psutil's times, and the thread's name from Linux's ``/proc``."""
     import psutil
 
-    tick = os.sysconf("SC_CLK_TCK")
     threads: dict[int, tuple[str, float]] = {}
     with suppress(psutil.Error):
         root = psutil.Process(pid)
         for process in [root, *root.children(recursive=True)]:
-            for task in Path(f"/proc/{process.pid}/task").glob("*"):
-                with suppress(OSError, ValueError):
-                    name = (task / "comm").read_text().strip()
-                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                    kind = next(
-                        (k for k, starts in THREAD_KINDS.items() if name.startswith(starts)), "driver"
-                    )
-                    threads[int(task.name)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+            with suppress(psutil.Error):
+                for thread in process.threads():
+                    with suppress(OSError):  # gone since
+                        name = Path(f"/proc/{process.pid}/task/{thread.id}/comm").read_text().strip()
+                        kind = next(
+                            (k for k, starts in THREAD_KINDS.items() if name.startswith(starts)), "driver"
+                        )
+                        threads[thread.id] = (kind, thread.user_time + thread.system_time)
     return threads
 
 
