@@ -256,6 +256,27 @@ def set_confs(spark: Any, settings: Mapping[str, str]) -> None:
     set_all(dict(settings), silent=False)
 
 
+def get_confs(spark: Any, keys: Iterable[str]) -> dict[str, str | None]:
+    """The values of ``keys`` in ``spark``'s session (None: not set), in one request over Spark Connect.
+
+    Why private: PySpark's public ``conf.get`` sends a request per key, and a job's session is checked
+    (the server's extensions, the catalog, the application id) while the table's turn is held. The
+    request is built and sent as :func:`unset_confs` sends its own: a default-less get of many keys.
+    """
+    keys = list(keys)
+    client = _connect_conf(spark, "_client")
+    if client is None:
+        return {key: spark.conf.get(key, None) for key in keys}
+    from pyspark.sql.connect import proto
+
+    pairs = [proto.KeyValue(key=key) for key in keys]
+    operation = proto.ConfigRequest.Operation(
+        get_with_default=proto.ConfigRequest.GetWithDefault(pairs=pairs)
+    )
+    values = dict(client.config(operation).pairs)
+    return {key: values.get(key) for key in keys}
+
+
 def unset_confs(spark: Any, keys: Iterable[str]) -> None:
     """Unset ``keys`` in ``spark``'s session, in one request over Spark Connect (see :func:`set_confs`).
 

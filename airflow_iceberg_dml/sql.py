@@ -287,11 +287,6 @@ def subquery(query: str, alias: str) -> str:
     return f"SELECT * FROM (\n{query}\n) AS {quote_identifier(alias)}"
 
 
-def probe_query() -> str:
-    """One row, one column: what the determinism check joins the table with."""
-    return "SELECT 1 AS __iceberg_dml_probe"
-
-
 def describe_extended(identifier: str) -> str:
     return f"DESCRIBE TABLE EXTENDED {identifier}"
 

@@ -649,3 +649,66 @@ def test_a_commits_summary_settings_go_to_the_server_in_one_request_each_way(con
         assert [key for key in settings if session.conf.get(key, None) is not None] == []
     finally:
         session.stop()
+
+
+def test_a_job_asks_the_server_nothing_twice_while_it_holds_the_table(
+    spark, catalog_hook, connect_server, monkeypatch
+):
+    """Every request to a busy server counts while the table's turn is held. A job's session is checked
+    and configured in two (the server's version; its extensions, the catalog and the application id
+    in one settings request), the determinism check joins the table with a row the client builds,
+    and Spark's copy of the table is not refreshed again after the job's own commit (the metadata file
+    is read again instead). Nothing else changes: the commit lands and is found as before."""
+    from pyspark.sql.connect.client.core import SparkConnectClient
+
+    from airflow_iceberg_dml.compat import get_confs
+    from airflow_iceberg_dml.hooks.connect_session import open_session
+
+    name = create_orders_table(spark, new_table_name("connect_requests"), rows=600)
+    operator = IcebergUpdateOperator(
+        task_id="requests",
+        table=name,
+        set={"comment": "'asked once'"},
+        where="customer_id = 3",
+        spark_conn_id=SPARK_CONN_ID,
+    )
+    spec = _spec(operator, catalog_hook, RunKey("requests", "requests", "manual__1", -1))
+    settings: list[str] = []
+    commands: list[str] = []
+    config, execute = SparkConnectClient.config, SparkConnectClient.execute_command
+    monkeypatch.setattr(
+        SparkConnectClient, "config", lambda self, op: settings.append(str(op)) or config(self, op)
+    )
+    monkeypatch.setattr(
+        SparkConnectClient,
+        "execute_command",
+        lambda self, command, *a, **k: commands.append(str(command)) or execute(self, command, *a, **k),
+    )
+    record = IcebergSparkConnectHook(SPARK_CONN_ID).submit(spec, catalog_hook.catalog_config, "requests")
+
+    assert record.outcome is Outcome.COMMITTED
+    table = load(catalog_hook, name)
+    assert table.metadata.current_snapshot_id == record.snapshot_id
+    rows = table.scan(row_filter="customer_id == 3").to_arrow().to_pylist()
+    assert rows
+    assert {row["comment"] for row in rows} == {"asked once"}
+    asked = [text for text in settings if "spark.app.id" in text]
+    assert len(asked) == 1
+    assert "spark.sql.extensions" in asked[0]
+    assert f"spark.sql.catalog.{CATALOG}" in asked[0]
+    assert not [text for text in settings if "spark.sql.extensions" in text and text not in asked]
+    assert sum("REFRESH TABLE" in text for text in commands) == 1, commands
+    assert not [text for text in commands if "__iceberg_dml_probe" in text]
+
+    # The settings request itself: set and unset keys, one request.
+    session = open_session(connect_server.url)
+    try:
+        session.conf.set("spark.sql.iceberg-dml-test.set", "yes")
+        settings.clear()
+        assert get_confs(session, ["spark.sql.iceberg-dml-test.set", "spark.sql.iceberg-dml-test.unset"]) == {
+            "spark.sql.iceberg-dml-test.set": "yes",
+            "spark.sql.iceberg-dml-test.unset": None,
+        }
+        assert len(settings) == 1
+    finally:
+        session.stop()

@@ -28,7 +28,7 @@ from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.sdk import BaseHook
 
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
-from airflow_iceberg_dml.compat import bound_connect_retries, set_confs
+from airflow_iceberg_dml.compat import bound_connect_retries, get_confs, set_confs
 from airflow_iceberg_dml.conflicts import ENGINE_RESTARTED, engine_unreachable, lost_engine_cause
 from airflow_iceberg_dml.exceptions import (
     SparkConnectServerError,
@@ -43,6 +43,7 @@ from airflow_iceberg_dml.hooks.connect_session import (
     retry_schedule,
     version_mismatch,
 )
+from airflow_iceberg_dml.jobs.runner import APPLICATION_ID, remember_application_id
 from airflow_iceberg_dml.spec import Outcome
 
 if TYPE_CHECKING:
@@ -171,29 +172,29 @@ class IcebergSparkConnectHook(BaseHook):
                 "airflow_iceberg_dml.engine start"
             ) from None
 
-    def _check_server(self, spark: SparkSession, server: str) -> None:
-        """Refuse a server this client cannot drive, or one without Iceberg, before sending any job."""
+    def _prepare_session(self, spark: SparkSession, server: str, catalog: CatalogConfig) -> None:
+        """Refuse a server this client cannot drive, or one without Iceberg, before sending any job; then
+        use the server's catalog of this name, else register the connection's for this session, and set
+        the task's ``spark_conf``. The server's settings are read in one request, the application id with
+        them (the job asks for it next): every job opens a session of its own, while the table's turn is
+        held, and a catalog has a dozen properties, set in one request too."""
         import pyspark
 
-        server_version = spark.version  # a lost server: the caller says so
-        extensions = str(spark.conf.get("spark.sql.extensions", "") or "")
-        problem = version_mismatch(pyspark.__version__, server_version)
+        problem = version_mismatch(pyspark.__version__, spark.version)  # a lost server: the caller says so
         if problem:
             raise SparkConnectServerError(problem)
-        if ICEBERG_EXTENSIONS not in extensions.split(","):
+        key = f"spark.sql.catalog.{catalog.name}"
+        settings = get_confs(spark, ["spark.sql.extensions", key, APPLICATION_ID])
+        if ICEBERG_EXTENSIONS not in (settings["spark.sql.extensions"] or "").split(","):
             raise SparkConnectServerError(
                 f"The Spark Connect server {server} was started without Iceberg: its "
                 f"spark.sql.extensions does not include {ICEBERG_EXTENSIONS}. Start it with the "
                 "iceberg-spark-runtime jar for its Spark version and that extension (python -m "
                 "airflow_iceberg_dml.engine start does both)."
             )
-
-    def _configure(self, spark: SparkSession, catalog: CatalogConfig) -> None:
-        """Use the server's catalog of this name, else register the connection's for this session; then
-        the task's ``spark_conf``. Each in one request (a catalog has a dozen properties, and every job
-        opens a session of its own)."""
-        key = f"spark.sql.catalog.{catalog.name}"
-        if spark.conf.get(key, None):
+        if app_id := settings[APPLICATION_ID]:
+            remember_application_id(spark, app_id)
+        if settings[key]:
             self.log.info("Catalog %r: the one the Spark Connect server defines.", catalog.name)
         else:
             self.log.info(
@@ -255,8 +256,7 @@ class IcebergSparkConnectHook(BaseHook):
                 except Exception as error:  # noqa: BLE001 - the job is about to run: never lose it over this
                     self.log.warning("Could not record the Spark Connect session for a later try: %s", error)
             try:
-                self._check_server(spark, server)
-                self._configure(spark, catalog)
+                self._prepare_session(spark, server, catalog)
             except Exception as error:
                 if not engine_unreachable(error):
                     raise

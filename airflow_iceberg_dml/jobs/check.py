@@ -31,6 +31,7 @@ from airflow_iceberg_dml.jobs.runner import (
     functions,
     is_input_error,
     log,
+    probe_row,
     run_job,
     run_main,
 )
@@ -191,7 +192,7 @@ class CheckJob:
             data_type = source.select(condition.alias("holds")).schema["holds"].dataType
             # PySpark cannot ask whether an expression is deterministic; the analyser insists on it in a
             # join condition, on either engine (as DML validation does).
-            probe = self.spark.sql(sql.probe_query())
+            probe = probe_row(self.spark)
             source.join(probe, condition.isNull()).schema  # noqa: B018 - analysed, never run
         if data_type.typeName() != "boolean":
             raise InvalidCheckError(f"{what} is of type {data_type.simpleString()}, not a boolean condition.")

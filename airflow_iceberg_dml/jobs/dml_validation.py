@@ -15,7 +15,13 @@ from airflow_iceberg_dml.exceptions import (
     TableNotFoundError,
     UnknownColumnError,
 )
-from airflow_iceberg_dml.jobs.runner import error_condition, error_message, error_parameters, is_input_error
+from airflow_iceberg_dml.jobs.runner import (
+    error_condition,
+    error_message,
+    error_parameters,
+    is_input_error,
+    probe_row,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -133,7 +139,7 @@ class DmlValidation:
         PySpark has no public way to ask whether an expression is deterministic; a join condition is
         where the analyser insists on it (``INVALID_NON_DETERMINISTIC_EXPRESSIONS``), on either engine.
         """
-        probe = self.spark.sql(sql.probe_query())
+        probe = probe_row(self.spark)
         condition = reduce(lambda a, b: a & b, [self.functions.expr(text).isNull() for text in expressions])
         return self.spark.table(self.target).join(probe, condition)
 

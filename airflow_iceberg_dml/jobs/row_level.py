@@ -113,7 +113,7 @@ def find_own_commit(
     """The snapshot a job committed on ``ref`` since ``head_before``, if any: the one carrying its
     job id, else (a metadata-only delete that Spark planned by itself carries no property of ours)
     one that its Spark application committed with no job id."""
-    state.refresh()
+    state.refresh(after_own_commit=True)
     history, head = state.history(), state.head(ref)
     found = history.ours(head, CommitMarks(job_id=job_id), stop_at=head_before) or history.ours(
         head, CommitMarks(spark_app_id=app_id, untagged=True), stop_at=head_before

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from types import ModuleType
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 Spec = TypeVar("Spec", bound=JobSpec)
@@ -90,6 +91,12 @@ def functions(spark: SparkSession) -> ModuleType:
     from pyspark.sql import functions as classic_functions
 
     return classic_functions
+
+
+def probe_row(spark: SparkSession) -> DataFrame:
+    """One row of one column, built by the client (``spark.sql`` would be a request of its own over
+    Spark Connect): what the determinism checks join a table with."""
+    return spark.range(1).select(functions(spark).lit(1).alias("__iceberg_dml_probe"))
 
 
 class ProgressReporter(threading.Thread):
@@ -159,9 +166,23 @@ __all__ = [
 ]
 
 
+#: The setting that holds a session's Spark application id.
+APPLICATION_ID = "spark.app.id"
+#: Sessions to their application ids, asked once: over Spark Connect each question is a request.
+_application_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def application_id(spark: SparkSession) -> str:
     """The Spark application id, as Iceberg records it in every commit's ``spark.app.id``."""
-    return str(spark.conf.get("spark.app.id"))
+    known = _application_ids.get(spark)
+    if known is None:
+        known = _application_ids[spark] = str(spark.conf.get(APPLICATION_ID))
+    return known
+
+
+def remember_application_id(spark: Any, value: str) -> None:
+    """What :func:`application_id` answers for ``spark``: read with other settings, in one request."""
+    _application_ids[spark] = value
 
 
 def _application_id_or_none(spark: SparkSession) -> str | None:

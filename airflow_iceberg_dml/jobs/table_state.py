@@ -83,16 +83,21 @@ class TableState:
         self._history: SnapshotHistory | None = None
         self._metadata: TableMetadata | None = None
 
-    def refresh(self) -> None:
+    def refresh(self, *, after_own_commit: bool = False) -> None:
         """Drop Spark's cached copy of the table, so that the next read sees the latest commit.
 
-        Raises :class:`TableNotFoundError` naming the table and catalog when it does not exist.
+        ``after_own_commit``: the job's Spark session has just committed, so its copy of the table has
+        that commit; when the metadata is read from its file, only that is read again (one request
+        fewer to the server). Raises :class:`TableNotFoundError` naming the table and catalog when it
+        does not exist.
         """
         from pyspark.errors import AnalysisException
 
         self._history = None
         if self._client is not None:  # first: Spark's table, refreshed next, is then at least as new
             self._metadata = self._load()
+            if after_own_commit:
+                return
         try:
             self.spark.sql(sql.refresh_table(self.identifier))
         except AnalysisException as error:
