@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, cast
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.hooks.spark_connect import connect_session
+from airflow_iceberg_dml.jobs.dml_impact import any_match, counts_by_change, rows_at
+from airflow_iceberg_dml.jobs.runner import functions as runner_functions
 from airflow_iceberg_dml.jobs.table_state import TableState
 
 if TYPE_CHECKING:
@@ -87,10 +89,11 @@ def _grouped_change(scratch: TableState, number: int) -> None:
     deletes, updates = (f"day = DATE '{first + dt.timedelta(days=offset)}'" for offset in range(2))
     scattered = f"id % 97 = {number % 97}"  # rows in every file: neither % nor length() is pushed down
     scratch.refresh()
-    at_head = f"{SCRATCH_TABLE} VERSION AS OF {scratch.head()}"
-    spark.sql(sql.group_count_query(at_head, [deletes, updates], ["delete", "update"])).collect()
+    at_head = rows_at(spark, SCRATCH_TABLE, cast("int", scratch.head()))
+    functions = runner_functions(spark)
+    counts_by_change(at_head, functions, [deletes, updates], ["delete", "update"]).collect()
     # No row matches, and no file statistic can say so: all is read.
-    spark.sql(sql.exists_query(at_head, f"{scattered} AND length(v) > 100")).collect()
+    any_match(at_head, functions, f"{scattered} AND length(v) > 100").collect()
     assignments = {"amount": "CAST(round(amount * 1.01, 2) AS DECIMAL(15, 2))", "v": "'y'"}
     spark.sql(sql.mixed_group_statement(SCRATCH_TABLE, deletes, updates, assignments)).collect()
     spark.sql(sql.delete_statement(SCRATCH_TABLE, scattered)).collect()

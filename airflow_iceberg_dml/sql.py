@@ -61,7 +61,8 @@ def update_statement(target: str, assignments: Mapping[str, str], where: str) ->
 
 
 def exists_query(source: str, where: str) -> str:
-    """One row when any row of ``source`` matches, none otherwise: reading stops at the first match."""
+    """One row when any row of ``source`` matches, none otherwise: reading stops at the first match. The
+    jobs build this query with the client's API (``jobs/dml_impact.any_match``): one request fewer."""
     return f"SELECT 1 AS matched\nFROM {source}\nWHERE\n{where}\nLIMIT 1"
 
 
@@ -71,19 +72,26 @@ def any_of(wheres: Sequence[str]) -> str:
     return "FALSE" + "".join(f"\nOR (\n{where}\n)" for where in wheres)
 
 
-def group_count_query(source: str, wheres: Sequence[str], kinds: Sequence[str] | None = None) -> str:
-    """Rows of ``source`` each predicate matches (``rows_0``, ``rows_1``, ...), and ``overlap``: rows
-    that more than one predicate of one kind matches (``kinds``, one per predicate; one kind when None).
-    One pass over the files that pruning by any of them keeps."""
+def group_count_columns(wheres: Sequence[str], kinds: Sequence[str] | None = None) -> list[str]:
+    """The columns of :func:`group_count_query`, over rows that :func:`any_of` ``wheres`` selects."""
     matches = [f"coalesce((\n{where}\n), FALSE)" for where in wheres]
-    counts = ",\n  ".join(f"count_if({match}) AS rows_{index}" for index, match in enumerate(matches))
+    counts = [f"count_if({match}) AS rows_{index}" for index, match in enumerate(matches)]
     by_kind: dict[str, list[str]] = {}
     for match, kind in zip(matches, kinds or [""] * len(matches), strict=True):
         by_kind.setdefault(kind, []).append(match)
     overlap = " OR ".join(
         "(" + " + ".join(f"IF({match}, 1, 0)" for match in same) + ") > 1" for same in by_kind.values()
     )
-    return f"SELECT\n  {counts},\n  count_if({overlap}) AS overlap\nFROM {source}\nWHERE\n{any_of(wheres)}"
+    return [*counts, f"count_if({overlap}) AS overlap"]
+
+
+def group_count_query(source: str, wheres: Sequence[str], kinds: Sequence[str] | None = None) -> str:
+    """Rows of ``source`` each predicate matches (``rows_0``, ``rows_1``, ...), and ``overlap``: rows
+    that more than one predicate of one kind matches (``kinds``, one per predicate; one kind when None).
+    One pass over the files that pruning by any of them keeps. The jobs build this query with the
+    client's API (``jobs/dml_impact.counts_by_change``): one request fewer."""
+    columns = ",\n  ".join(group_count_columns(wheres, kinds))
+    return f"SELECT\n  {columns}\nFROM {source}\nWHERE\n{any_of(wheres)}"
 
 
 def mixed_group_statement(target: str, deletes: str, updates: str, assignments: Mapping[str, str]) -> str:

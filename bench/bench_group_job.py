@@ -188,23 +188,27 @@ def scans_before_commit(
     planning the count alone (``EXPLAIN``: Spark's analysis and Iceberg's scan planning, no file read):
     what any scan before the commit costs, whatever it computes."""
     from airflow_iceberg_dml import sql
+    from airflow_iceberg_dml.jobs.dml_impact import any_match, counts_by_change, rows_at
+    from airflow_iceberg_dml.jobs.runner import functions
 
     spec = group_spec(first)
     head = hook.load_table(TABLE).metadata.current_snapshot_id
-    source = f"{sql.table_identifier(spec.catalog, spec.table)} VERSION AS OF {head}"
+    assert head is not None  # the table was loaded with rows
+    identifier = sql.table_identifier(spec.catalog, spec.table)
+    source = f"{identifier} VERSION AS OF {head}"
     wheres = [sql.bind_parameters(spec.where, spec.parameters), *(member.where for member in spec.group)]
     kinds = [spec.kind.value, *((member.kind or spec.kind).value for member in spec.group)]
-    count = sql.group_count_query(source, wheres, kinds)
-    queries = {
-        "count": count,
-        "exists": sql.exists_query(source, sql.any_of(wheres)),
-        "planning": f"EXPLAIN {count}",
+    rows = rows_at(spark, identifier, head)
+    scans = {  # the count and the check as the jobs build them; the plan of the count's SQL form
+        "count": lambda: counts_by_change(rows, functions(spark), wheres, kinds).collect(),
+        "exists": lambda: any_match(rows, functions(spark), sql.any_of(wheres)).collect(),
+        "planning": lambda: spark.sql(f"EXPLAIN {sql.group_count_query(source, wheres, kinds)}").collect(),
     }
     times: dict[str, list[float]] = {scan: [] for scan in SCANS}
     for round_number in range(rounds):
         for scan in SCANS if round_number % 2 == 0 else SCANS[::-1]:
             started = time.perf_counter()
-            spark.sql(queries[scan]).collect()
+            scans[scan]()
             times[scan].append(time.perf_counter() - started)
     return {scan: statistics.median(seconds) for scan, seconds in times.items()}
 

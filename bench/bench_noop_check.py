@@ -1,12 +1,13 @@
 """What the no-match check costs: the existence query a DELETE or UPDATE runs before writing, on TPC-H.
 
-Before it writes, the DML job asks the data whether any row matches (``sql.exists_query``: ``SELECT 1
-... VERSION AS OF <head> WHERE <predicate> LIMIT 1``), so that a predicate no row matches commits
-nothing instead of the empty snapshot Spark commits when it cannot prove the predicate empty while
-planning. For ``orders`` and ``lineitem`` (TPC-H, merge-on-read, each run from the tagged base
-snapshot), in one local SparkSession, interleaved with the order rotated each run:
+Before it writes, the DML job asks the data whether any row matches (``jobs/dml_impact.any_match``,
+in SQL ``sql.exists_query``: ``SELECT 1 ... VERSION AS OF <head> WHERE <predicate> LIMIT 1``), so
+that a predicate no row matches commits nothing instead of the empty snapshot Spark commits when it
+cannot prove the predicate empty while planning. For ``orders`` and ``lineitem`` (TPC-H,
+merge-on-read, each run from the tagged base snapshot), in one local SparkSession, interleaved with
+the order rotated each run:
 
-- **check, no match / check, match**: the existence query alone, with the job's exact text, for a
+- **check, no match / check, match**: the existence query alone, built as the job builds it, for a
   key inside the key range that no row has (it reads every file that pruning keeps) and for a key
   rows have (it stops at the first match);
 - **job, match / job, no match**: ``DmlJob(spark, DmlSpec(kind=DELETE, ...)).run()`` of the same
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.jobs.dml import DmlJob
+from airflow_iceberg_dml.jobs.dml_impact import any_match, rows_at
+from airflow_iceberg_dml.jobs.runner import functions
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, SummaryKey, WriteMode
 from bench import tpch
 from bench.common import (
@@ -231,8 +234,8 @@ def measure(spark: SparkSession, case: Case, side: Side, series: Series | None) 
                     f"expected 1 and {case.rows_matched}"
                 )
     else:
-        query = sql.exists_query(_snapshot_source(table), where)
-        seconds, rows = timed(lambda: spark.sql(query).collect())
+        check = any_match(rows_at(spark, table.identifier, table.base_snapshot_id), functions(spark), where)
+        seconds, rows = timed(check.collect)
         if bool(rows) is not side.matches:
             raise AssertionError(f"{side} on {table.name}: {len(rows)} row(s)")
         outcome, committed = None, 0

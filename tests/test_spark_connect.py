@@ -656,15 +656,20 @@ def test_a_job_asks_the_server_nothing_twice_while_it_holds_the_table(
 ):
     """Every request to a busy server counts while the table's turn is held. A job's session is checked
     and configured in two (the server's version; its extensions, the catalog and the application id
-    in one settings request), the determinism check joins the table with a row the client builds,
-    and Spark's copy of the table is not refreshed again after the job's own commit (the metadata file
-    is read again instead). Nothing else changes: the commit lands and is found as before."""
+    in one settings request), the determinism check joins the table with a row the client builds, the
+    table's columns come from its metadata file, the check that any row matches is one request (a
+    query the client builds, not ``spark.sql`` then a collect), and Spark's copy of the table is not
+    refreshed again after the job's own commit (the metadata file is read again instead). So the job
+    runs four statements: the refresh, the constant-predicate check, the no-match check, the UPDATE.
+    Nothing else changes: the commit lands and is found as before."""
     from pyspark.sql.connect.client.core import SparkConnectClient
 
     from airflow_iceberg_dml.compat import get_confs
     from airflow_iceberg_dml.hooks.connect_session import open_session
 
-    name = create_orders_table(spark, new_table_name("connect_requests"), rows=600)
+    # The write mode already set (a first change sets it: one statement more).
+    merge_on_read = {"write.update.mode": "merge-on-read"}
+    name = create_orders_table(spark, new_table_name("connect_requests"), rows=600, properties=merge_on_read)
     operator = IcebergUpdateOperator(
         task_id="requests",
         table=name,
@@ -675,7 +680,20 @@ def test_a_job_asks_the_server_nothing_twice_while_it_holds_the_table(
     spec = _spec(operator, catalog_hook, RunKey("requests", "requests", "manual__1", -1))
     settings: list[str] = []
     commands: list[str] = []
+    plans: list[str] = []
+    analyses: list[str] = []
     config, execute = SparkConnectClient.config, SparkConnectClient.execute_command
+    fetch, analyze = SparkConnectClient._execute_and_fetch, SparkConnectClient._analyze
+    monkeypatch.setattr(
+        SparkConnectClient,
+        "_execute_and_fetch",
+        lambda self, req, *a, **k: plans.append(str(req)) or fetch(self, req, *a, **k),
+    )
+    monkeypatch.setattr(
+        SparkConnectClient,
+        "_analyze",
+        lambda self, method, **k: analyses.append(method) or analyze(self, method, **k),
+    )
     monkeypatch.setattr(
         SparkConnectClient, "config", lambda self, op: settings.append(str(op)) or config(self, op)
     )
@@ -699,6 +717,11 @@ def test_a_job_asks_the_server_nothing_twice_while_it_holds_the_table(
     assert not [text for text in settings if "spark.sql.extensions" in text and text not in asked]
     assert sum("REFRESH TABLE" in text for text in commands) == 1, commands
     assert not [text for text in commands if "__iceberg_dml_probe" in text]
+    assert len(plans) == 4, [
+        re.findall(r"(?:query|unparsed_identifier): \"[^\"]{0,50}", plan) for plan in plans
+    ]
+    assert "versionAsOf" in plans[2]
+    assert analyses == ["spark_version", "schema"]  # the server's version; the checks of where and set
 
     # The settings request itself: set and unset keys, one request.
     session = open_session(connect_server.url)

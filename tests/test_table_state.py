@@ -73,6 +73,13 @@ def test_the_metadata_file_and_spark_sql_show_one_table(spark, catalog_hook) -> 
     assert from_file["write.update.mode"] == "merge-on-read"
     assert from_file["format-version"] == "2"
 
+    # A column added (a new schema, no new snapshot): main and the branch read it, as every write uses it.
+    spark.sql(f"ALTER TABLE {table} ADD COLUMN reviewed BOOLEAN")
+    through_spark, through_file = _views(spark, catalog_hook, name)
+    for ref in ("main", "audit"):
+        assert through_file.columns(ref) == through_spark.columns(ref)
+    assert through_file.columns()[-1] == "reviewed"
+
 
 def test_a_missing_table_or_branch_is_named_alike(spark, catalog_hook) -> None:
     missing = TableState(spark, CATALOG, f"{new_table_name('state')}_missing", catalog_hook.catalog)

@@ -22,7 +22,7 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
 from airflow_iceberg_dml.jobs.dml_group import Group, GroupCommit
-from airflow_iceberg_dml.jobs.dml_impact import DmlImpact
+from airflow_iceberg_dml.jobs.dml_impact import DmlImpact, any_match
 from airflow_iceberg_dml.jobs.dml_validation import DmlValidation
 from airflow_iceberg_dml.jobs.row_level import (
     apply_isolation_level,
@@ -254,7 +254,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         """Whether any row at the head snapshot matches: reads until the first match, or every file
         that pruning keeps when none does."""
         with self._naming_input_errors():
-            matched = self.spark.sql(sql.exists_query(self._snapshot_source(head), self.where)).collect()
+            matched = any_match(self._snapshot_rows(head), self.functions, self.where).collect()
         self._where_evaluated = True
         return bool(matched)
 

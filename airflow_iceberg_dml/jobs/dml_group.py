@@ -24,13 +24,15 @@ from typing import TYPE_CHECKING, Any
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.group_commit import MERGE_MODE, reads_any
+from airflow_iceberg_dml.jobs.dml_impact import counts_by_change
 from airflow_iceberg_dml.jobs.runner import error_message, log
 from airflow_iceberg_dml.spec import GroupMember, JobKind, SummaryKey, WriteMode
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from types import ModuleType
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from airflow_iceberg_dml.jobs.table_state import TableState
     from airflow_iceberg_dml.spec import DmlSpec
@@ -76,12 +78,13 @@ class GroupCommit:
     spark: SparkSession
     spec: DmlSpec
     state: TableState
+    functions: ModuleType
     where: str
     assignments: dict[str, str]
 
     if TYPE_CHECKING:
 
-        def _snapshot_source(self, head: int) -> str: ...  # DmlImpact's
+        def _snapshot_rows(self, head: int) -> DataFrame: ...  # DmlImpact's
 
     def _gather(self, head: int) -> Group | None:
         """The changes to apply at ``head``, this job's first; None to apply this job's alone."""
@@ -179,9 +182,11 @@ class GroupCommit:
         """Rows each predicate matches at ``head`` (this job's first), then the rows matched by two of
         one kind; None when a waiting change's predicate cannot be evaluated (its own task will say why)."""
         wheres = [self.where, *(member.where for member in waiting)]
-        query = sql.group_count_query(self._snapshot_source(head), wheres, [kind.value for kind in kinds])
         try:
-            row = self.spark.sql(query).collect()[0]
+            counts = counts_by_change(
+                self._snapshot_rows(head), self.functions, wheres, [kind.value for kind in kinds]
+            )
+            row = counts.collect()[0]
         except Exception as error:  # noqa: BLE001 - the waiting changes stay with their own tasks
             log(
                 f"Group commit: the waiting changes could not be counted ({error_message(error)}); "

@@ -9,12 +9,33 @@ from airflow_iceberg_dml.exceptions import GuardExceededError
 from airflow_iceberg_dml.spec import SummaryKey
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
+    from types import ModuleType
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from airflow_iceberg_dml.jobs.table_state import TableState
     from airflow_iceberg_dml.spec import DmlSpec, Guards
+
+
+def rows_at(spark: SparkSession, identifier: str, snapshot_id: int) -> DataFrame:
+    """The rows of table ``identifier`` at ``snapshot_id``, for a query that the client builds: over
+    Spark Connect it reaches the server in one request, where ``spark.sql`` of its text takes two."""
+    return spark.read.option("versionAsOf", str(snapshot_id)).table(identifier)
+
+
+def any_match(rows: DataFrame, functions: ModuleType, where: str) -> DataFrame:
+    """One row when any of ``rows`` matches ``where``, none otherwise: reading stops at the first match
+    (``sql.exists_query`` as a query of the client's)."""
+    return rows.where(functions.expr(where)).select(functions.lit(1).alias("matched")).limit(1)
+
+
+def counts_by_change(
+    rows: DataFrame, functions: ModuleType, wheres: Sequence[str], kinds: Sequence[str] | None = None
+) -> DataFrame:
+    """The rows of ``rows`` each of ``wheres`` matches, and the overlap, in one pass over what pruning by
+    any of them keeps (``sql.group_count_query`` as a query of the client's)."""
+    return rows.where(functions.expr(sql.any_of(wheres))).selectExpr(*sql.group_count_columns(wheres, kinds))
 
 
 def _json_value(value: Any) -> Any:
@@ -38,6 +59,10 @@ class DmlImpact:
 
     def _snapshot_source(self, head: int) -> str:
         return f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
+
+    def _snapshot_rows(self, head: int) -> DataFrame:
+        """The table's rows at snapshot ``head`` (:func:`rows_at`), as :meth:`_snapshot_source` reads them."""
+        return rows_at(self.spark, sql.table_identifier(self.spec.catalog, self.spec.table), head)
 
     def _impact(self, head: int) -> dict[str, Any]:
         """Rows and data files the change would touch, per partition, at the head snapshot."""

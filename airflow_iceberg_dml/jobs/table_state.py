@@ -170,7 +170,10 @@ class TableState:
         return {str(row.key): str(row.value) for row in rows}
 
     def columns(self, ref: str = MAIN) -> list[str]:
-        """The column names, in the table's order."""
+        """The column names, in the table's order: the current schema's, which a branch reads and every
+        write uses (from the metadata file when there is one, else a request to Spark's analyser)."""
+        if (metadata := self._file()) is not None:
+            return [field.name for field in metadata.schema().fields]
         return list(self.spark.table(sql.table_identifier(self.catalog, self.table, _branch(ref))).columns)
 
     def _file(self) -> TableMetadata | None:
