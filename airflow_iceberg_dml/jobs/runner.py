@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -174,15 +174,20 @@ _application_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionar
 
 def application_id(spark: SparkSession) -> str:
     """The Spark application id, as Iceberg records it in every commit's ``spark.app.id``."""
-    known = _application_ids.get(spark)
+    try:
+        known = _application_ids.get(spark)
+    except TypeError:  # not weakly referable (not a PySpark session): asked every time
+        known = None
     if known is None:
-        known = _application_ids[spark] = str(spark.conf.get(APPLICATION_ID))
+        known = str(spark.conf.get(APPLICATION_ID))
+        remember_application_id(spark, known)
     return known
 
 
 def remember_application_id(spark: Any, value: str) -> None:
     """What :func:`application_id` answers for ``spark``: read with other settings, in one request."""
-    _application_ids[spark] = value
+    with suppress(TypeError):  # not weakly referable: nothing remembered
+        _application_ids[spark] = value
 
 
 def _application_id_or_none(spark: SparkSession) -> str | None:
