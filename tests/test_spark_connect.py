@@ -406,6 +406,44 @@ def test_an_unreachable_server_fails_at_once_and_retryably(spark, catalog_hook, 
     assert time.monotonic() - started < 30
 
 
+def test_a_job_reads_its_connection_once(monkeypatch):
+    """The URL (the provider's, token and TLS included) and the extra come from one read of the
+    connection: from a task each read is a request to the API server or a secrets backend, and the job
+    makes them in its turn on the table. A missing connection is named each time it is asked for."""
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+    from airflow.sdk import BaseHook
+
+    connection = {
+        "conn_type": "spark_connect",
+        "host": "127.0.0.1",
+        "port": 15123,
+        "login": "etl",
+        "password": "t0ken",
+        "extra": {"use_ssl": True, "unreachable_timeout": 7},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_ONCE", json.dumps(connection))
+    expected = SparkConnectHook("spark_connect_once").get_connection_url()
+    read = BaseHook.get_connection.__func__  # type: ignore[attr-defined]
+    reads: list[str] = []
+
+    def counted(cls: type, conn_id: str) -> Any:
+        reads.append(conn_id)
+        return read(cls, conn_id)
+
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(counted))
+    hook = _ConnectEngine("spark_connect_once")
+    assert hook._url() == (expected, "127.0.0.1:15123")
+    assert hook.unreachable_timeout() == 7
+    assert hook._url("s-1") == (f"{expected};session_id=s-1", "127.0.0.1:15123")
+    assert expected == "sc://127.0.0.1:15123/;user_id=etl;token=t0ken;use_ssl=True"
+    assert reads == ["spark_connect_once"]
+
+    missing = _ConnectEngine("spark_connect_nowhere")
+    assert missing._server().startswith("(no address:")
+    assert missing._server().startswith("(no address:")
+    assert reads.count("spark_connect_nowhere") == 2
+
+
 def test_the_connections_token_is_in_no_message(catalog_hook, monkeypatch, caplog):
     """The token travels in the connection URL to the server only: logs and errors name host:port."""
     import logging

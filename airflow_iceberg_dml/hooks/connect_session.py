@@ -1,5 +1,5 @@
-"""A Spark Connect session of a job: opening it, what a later try keeps of it, and how long its client
-keeps retrying a server it cannot reach."""
+"""A Spark Connect session of a job: its URL, opening it, what a later try keeps of it, and how long its
+client keeps retrying a server it cannot reach."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from airflow.sdk import Connection
     from pydantic import JsonValue
     from pyspark.sql.connect.session import SparkSession
 
@@ -24,6 +27,23 @@ _CLIENT_LOGGER, _CLIENT_LOG_LEVEL_ENV = "pyspark.sql.connect.logging", "SPARK_CO
 DEFAULT_UNREACHABLE_TIMEOUT_S = 30.0
 #: PySpark's default retry policy: the first wait and how it grows (its ``DefaultPolicy``).
 _FIRST_WAIT_MS, _WAIT_GROWTH, _WAIT_JITTER_MS = 50, 4, 500
+
+
+class _ReadConnection(SparkConnectHook):
+    """The provider's hook on a connection already read: its ``get_connection`` is a lookup per call
+    (from a task, a request to Airflow's API server or to a secrets backend)."""
+
+    def __init__(self, connection: Connection) -> None:
+        super().__init__(connection.conn_id)
+        self._connection = connection
+
+    def get_connection(self, conn_id: str) -> Connection:  # type: ignore[override]  # needs the instance
+        return self._connection
+
+
+def connection_url(connection: Connection) -> str:
+    """The Spark Connect URL of ``connection`` as the Spark provider builds it (token included)."""
+    return _ReadConnection(connection).get_connection_url()
 
 
 @dataclass(frozen=True)

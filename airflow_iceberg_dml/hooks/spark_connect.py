@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import logging
 import socket
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
@@ -39,6 +40,7 @@ from airflow_iceberg_dml.hooks.connect_session import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     ConnectSession,
     connect_session,
+    connection_url,
     open_session,
     retry_schedule,
     version_mismatch,
@@ -49,6 +51,7 @@ from airflow_iceberg_dml.spec import Outcome
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from airflow.sdk import Connection
     from pydantic import JsonValue
     from pyspark.sql.connect.session import SparkSession
 
@@ -115,9 +118,14 @@ class IcebergSparkConnectHook(BaseHook):
 
     # -- sessions ---------------------------------------------------------------------------------
 
+    @cached_property
+    def _connection(self) -> Connection:
+        """The connection, read once: a job reads its URL and extra in its turn on the table."""
+        return self.get_connection(self.spark_conn_id)
+
     def unreachable_timeout(self) -> float:
         """Seconds the job's client retries a server it cannot reach (extra ``unreachable_timeout``)."""
-        extra = SparkConnectHook(self.spark_conn_id).get_connection(self.spark_conn_id).extra_dejson
+        extra = self._connection.extra_dejson
         value = extra.get("unreachable_timeout", DEFAULT_UNREACHABLE_TIMEOUT_S)
         try:
             seconds = float(value)
@@ -141,7 +149,7 @@ class IcebergSparkConnectHook(BaseHook):
 
     def _url(self, session_id: str | None = None) -> tuple[str, str]:
         """(connection URL, token included: never log it; the server as ``host:port`` for the log)."""
-        url = SparkConnectHook(self.spark_conn_id).get_connection_url()
+        url = connection_url(self._connection)
         server = url.removeprefix("sc://").split("/", 1)[0]
         if session_id is not None:
             url = f"{url};session_id={session_id}"  # the provider's URL ends in "/" or its parameters
