@@ -121,8 +121,11 @@ def test_there_are_operators_to_check():
 
 
 def _defines(module: str, base: type) -> bool:
+    """Whether ``module`` defines a public subclass of ``base`` (a private one, such as the provider's
+    hook on a connection already read in ``hooks/connect_session.py``, is no hook of the provider's)."""
     classes = inspect.getmembers(importlib.import_module(module), inspect.isclass)
-    return any(issubclass(cls, base) and cls.__module__ == module for _, cls in classes)
+    public = [cls for name, cls in classes if not name.startswith("_") and cls.__module__ == module]
+    return any(issubclass(cls, base) for cls in public)
 
 
 def test_the_provider_lists_every_hook_operator_sensor_and_trigger_module():
