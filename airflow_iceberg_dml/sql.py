@@ -241,14 +241,6 @@ def snapshot_query(source: str, snapshot_id: int, columns: str, where: str | Non
     return f"{query}\nWHERE {where}" if where else query
 
 
-def impact_query(source: str, where: str) -> str:
-    """Rows and data files matching ``where`` in ``source``, per partition."""
-    return (
-        "SELECT _partition AS partition, count(*) AS rows, count(DISTINCT _file) AS files\n"
-        f"FROM {source}\nWHERE\n{where}\nGROUP BY _partition"
-    )
-
-
 def in_list(column: str, values: Iterable[object]) -> str:
     """``<column> IN (<literals>)``, the column quoted, the values in the order given."""
     return f"{quote_identifier(column)} IN {literal(list(values))}"

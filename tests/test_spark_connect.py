@@ -767,3 +767,50 @@ def test_a_job_asks_the_server_nothing_twice_while_it_holds_the_table(
         assert len(settings) == 1
     finally:
         session.stop()
+
+
+def test_a_dry_runs_impact_is_one_request_and_counts_what_the_files_hold(
+    spark, catalog_hook, connect_server, monkeypatch
+):
+    """A dry run (and a guard) reads the change's impact per partition as one query the client builds,
+    not ``spark.sql`` then a collect: three statements in all (the refresh, the constant-predicate check,
+    the impact). Its rows and data files per partition are what the table's data files hold, read here
+    with pyarrow file by file."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyspark.sql.connect.client.core import SparkConnectClient
+
+    from airflow_iceberg_dml.spec import DmlSpec, JobKind
+
+    name = create_orders_table(spark, new_table_name("connect_impact"), rows=900)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    spec = DmlSpec(kind=JobKind.DELETE, catalog=CATALOG, table=name, where="customer_id = 3", dry_run=True)
+    plans: list[str] = []
+    fetch = SparkConnectClient._execute_and_fetch
+    monkeypatch.setattr(
+        SparkConnectClient,
+        "_execute_and_fetch",
+        lambda self, req, *a, **k: plans.append(str(req)) or fetch(self, req, *a, **k),
+    )
+    record = IcebergSparkConnectHook(SPARK_CONN_ID).submit(spec, catalog_hook.catalog_config, "impact")
+
+    assert record.outcome is Outcome.DRY_RUN
+    assert len(plans) == 3, [re.findall(r"(?:query|unparsed_identifier): \"[^\"]{0,50}", p) for p in plans]
+    assert "versionAsOf" in plans[2]
+    assert "sql {" not in plans[2]  # a plan of the client's, not SQL text for the server to parse
+    expected: dict[str, dict[str, int]] = {}
+    for task in load(catalog_hook, name).scan().plan_files():
+        rows = pq.read_table(task.file.file_path.removeprefix("file:"), columns=["customer_id", "status"])
+        matched = rows.filter(pc.equal(rows["customer_id"], 3))
+        for status in set(matched["status"].to_pylist()):
+            counts = expected.setdefault(status, {"rows": 0, "data_files": 0})
+            counts["rows"] += pc.sum(pc.equal(matched["status"], status)).as_py()
+            counts["data_files"] += 1
+    impact = record.details
+    assert {
+        part["partition"]["status"]: {"rows": part["rows"], "data_files": part["data_files"]}
+        for part in impact["partitions"]
+    } == expected
+    assert impact["rows_matched"] == sum(counts["rows"] for counts in expected.values()) == 9
+    assert impact["rows_total"] == 900
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head

@@ -38,6 +38,16 @@ def counts_by_change(
     return rows.where(functions.expr(sql.any_of(wheres))).selectExpr(*sql.group_count_columns(wheres, kinds))
 
 
+def impact_by_partition(rows: DataFrame, functions: ModuleType, where: str) -> DataFrame:
+    """The rows of ``rows`` that ``where`` matches and the data files that hold them, per partition
+    (Iceberg's ``_partition`` and ``_file`` metadata columns), as a query of the client's."""
+    return (
+        rows.where(functions.expr(where))
+        .groupBy(functions.col("_partition").alias("partition"))
+        .agg(functions.count(functions.lit(1)).alias("rows"), functions.countDistinct("_file").alias("files"))
+    )
+
+
 def _json_value(value: Any) -> Any:
     """A partition value as JSON: dates and decimals as text, the rest as is."""
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
@@ -49,6 +59,7 @@ class DmlImpact:
     spark: SparkSession
     spec: DmlSpec
     state: TableState
+    functions: ModuleType
     ref: str
     app_id: str
     where: str
@@ -57,17 +68,14 @@ class DmlImpact:
     def _naming_input_errors(self) -> Any:
         raise NotImplementedError  # DmlValidation's
 
-    def _snapshot_source(self, head: int) -> str:
-        return f"{sql.table_identifier(self.spec.catalog, self.spec.table)} VERSION AS OF {head}"
-
     def _snapshot_rows(self, head: int) -> DataFrame:
-        """The table's rows at snapshot ``head`` (:func:`rows_at`), as :meth:`_snapshot_source` reads them."""
+        """The table's rows at snapshot ``head`` (:func:`rows_at`)."""
         return rows_at(self.spark, sql.table_identifier(self.spec.catalog, self.spec.table), head)
 
     def _impact(self, head: int) -> dict[str, Any]:
         """Rows and data files the change would touch, per partition, at the head snapshot."""
         with self._naming_input_errors():
-            rows = self.spark.sql(sql.impact_query(self._snapshot_source(head), self.where)).collect()
+            rows = impact_by_partition(self._snapshot_rows(head), self.functions, self.where).collect()
         self._where_evaluated = True
         partitions = [
             {
