@@ -221,7 +221,7 @@ def start(
     catalog = catalog or CatalogConfig.from_properties(DEFAULT_CATALOG_CONN_ID, embedded_properties(base))
     artifacts = runtime.DEFAULT_ARTIFACTS + (runtime.S3_ARTIFACTS if catalog.uses_s3 else ())
     jars = runtime.spark_jars(artifacts)
-    ui_port = _free_port(host)
+    ui_port = ui_port_beside(host, port)
     properties = server_properties(catalog, host, port, conf, ui_port)
     properties.update(jars.spark_conf(properties))
     properties_path = folder / "server.properties"
@@ -242,10 +242,18 @@ def start(
     return state
 
 
-def _free_port(host: str) -> int:
+def ui_port_beside(host: str, server_port: int) -> int:
+    """A free port for the web UI, never ``server_port``: that one is free too until the server binds it
+    (after a restart on the same port, the system may hand it out here), and a web UI there would answer
+    the server's clients and pass for the server."""
     with socket.socket() as probe:
         probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+        found = int(probe.getsockname()[1])
+        if found != server_port:
+            return found
+        with socket.socket() as other:  # the probe holds ``server_port``: this one gets another port
+            other.bind((host, 0))
+            return int(other.getsockname()[1])
 
 
 def server_pid(state: EngineState, folder: Path) -> int:

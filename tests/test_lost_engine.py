@@ -220,3 +220,29 @@ def test_status_of_a_supervisor_that_gave_up_says_why(tmp_path):
     running, text = engine.describe(state, tmp_path)
     assert not running
     assert "the supervisor's last line: 2026-11-25 10:00:09 server exited 3 times" in text
+
+
+def test_a_restarted_servers_web_ui_never_takes_the_servers_port(monkeypatch):
+    """Restarted on its port, the server's port is free until the server binds it, so the system may
+    hand it out for the web UI (which then answered the clients, HTTP/1.1 426, and passed for the
+    server): the UI gets another port. The system's choice is faked here to be the server's port."""
+    import socket
+
+    handed_out = iter([41001, 41002])
+
+    class System(socket.socket):
+        def bind(self, address: Any) -> None:
+            self.port = next(handed_out) if address[1] == 0 else address[1]
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(engine.socket, "socket", System)
+    assert engine.ui_port_beside("127.0.0.1", 41001) == 41002
+    handed_out = iter([41003])
+    assert engine.ui_port_beside("127.0.0.1", 41001) == 41003
+    monkeypatch.undo()
+    real = engine.ui_port_beside("127.0.0.1", 41001)
+    assert real != 41001
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", real))  # free
