@@ -797,7 +797,7 @@ def test_a_dry_runs_impact_is_one_request_and_counts_what_the_files_hold(
     assert record.outcome is Outcome.DRY_RUN
     assert len(plans) == 3, [re.findall(r"(?:query|unparsed_identifier): \"[^\"]{0,50}", p) for p in plans]
     assert "versionAsOf" in plans[2]
-    assert "sql {" not in plans[2]  # a plan of the client's, not SQL text for the server to parse
+    assert "aggregate {" in plans[2]  # a plan of the client's, not SQL text for the server to parse
     expected: dict[str, dict[str, int]] = {}
     for task in load(catalog_hook, name).scan().plan_files():
         rows = pq.read_table(task.file.file_path.removeprefix("file:"), columns=["customer_id", "status"])
