@@ -6,6 +6,7 @@ The environment is set before anything imports Airflow, so tests never touch a u
 from __future__ import annotations
 
 import atexit
+import copy
 import itertools
 import json
 import logging
@@ -206,8 +207,18 @@ def load(catalog_hook: IcebergCatalogHook, name: str) -> Table:
 
 
 def run_dag(dag: DAG, **conf: Any) -> DagRun:
-    """Run a DAG for real through ``dag.test()`` (the DAG must live in dags/ or tests/dags/)."""
-    return dag.test(run_conf=conf or None)
+    """Run a DAG for real through ``dag.test()`` (the DAG must live in dags/ or tests/dags/).
+
+    A run's ``conf`` stays out of the DAG object: Airflow's ``process_params`` writes it into the
+    task's own ``Param`` objects, so in one process a later run of the same DAG without ``conf`` would
+    get an earlier test's values (a deployment parses the DAG file anew for each task process).
+    """
+    params = {task.task_id: copy.deepcopy(task.params) for task in dag.tasks}
+    try:
+        return dag.test(run_conf=conf or None)
+    finally:
+        for task in dag.tasks:
+            task.params = params[task.task_id]
 
 
 def task_states(dag_run: DagRun) -> dict[str, str | None]:

@@ -73,6 +73,9 @@ class ProcessWatch(threading.Thread):
         self._own_roots = list(own_roots)
         self._executor_roots = list(executor_roots)
         self._interval_s = interval_s
+        #: Processes already running (a session's SparkSession or warm engine that an earlier test
+        #: started, both SparkSubmit JVMs): not the watched DAG's jobs, so never counted as one.
+        self._before = frozenset(process_ids())
         self._stopped = threading.Event()
         #: Job processes seen, by kind: pid -> command line.
         self.seen: dict[str, dict[int, str]] = {}
@@ -103,7 +106,7 @@ class ProcessWatch(threading.Thread):
             cmdline = read_proc(pid, "cmdline")
             for name in self._holds(cmdline):
                 self.leaks.append(f"{name} on the command line of {pid}: {command_line(pid)[:300]}")
-            kind = classify(cmdline) if pid in job_processes else None
+            kind = classify(cmdline) if pid in job_processes and pid not in self._before else None
             if kind is None:
                 continue
             kinds[pid] = kind

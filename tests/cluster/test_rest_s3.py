@@ -196,6 +196,8 @@ def test_the_leak_checks_find_a_secret_where_one_is(tmp_path):
     # environment of a job process, and in a file.
     secret = "planted-" + secrets.token_urlsafe(16)
     script = "import time; time.sleep(30)  # airflow_iceberg_dml/jobs/dml.py"
+    # The watch looks at the processes started after it, as it does while a DAG runs.
+    watch = ProcessWatch({"planted": secret}, own_roots=[os.getpid()], executor_roots=[])
     planted = subprocess.Popen(
         [sys.executable, "-c", script, secret],
         env={**os.environ, "PLANTED": secret},
@@ -205,7 +207,6 @@ def test_the_leak_checks_find_a_secret_where_one_is(tmp_path):
         deadline = time.monotonic() + 10
         while secret.encode() not in read_proc(planted.pid, "cmdline") and time.monotonic() < deadline:
             time.sleep(0.05)  # until the child has exec'd
-        watch = ProcessWatch({"planted": secret}, own_roots=[os.getpid()], executor_roots=[])
         watch.sample()
     finally:
         planted.kill()
