@@ -52,8 +52,12 @@ engine-status: $(INSTALLED)
 engine-stop: $(INSTALLED)
 	$(BIN)/python -m airflow_iceberg_dml.engine stop
 
+# Two pytest-xdist workers, a test file each at a time: each worker has its own temporary Airflow home,
+# catalog, SparkSession and warm engine (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process.
+TEST_WORKERS ?= 2
+
 test: $(JARS_READY)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The lowest versions pyproject.toml declares: installed in a throwaway virtualenv, every module imported,
 # every example DAG parsed (CI runs it too).
