@@ -53,11 +53,13 @@ engine-stop: $(INSTALLED)
 	$(BIN)/python -m airflow_iceberg_dml.engine stop
 
 # Two pytest-xdist workers, a test file each at a time: each worker has its own temporary Airflow home,
-# catalog, SparkSession and warm engine (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process.
+# catalog, SparkSession and warm engine (tests/conftest.py). Files go out in the order the conftest gives
+# (those with a test marked slow first), not pytest-xdist's (most tests first), so that no worker is left
+# running a long file alone at the end. TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 
 test: $(JARS_READY)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The lowest versions pyproject.toml declares: installed in a throwaway virtualenv, every module imported,
 # every example DAG parsed (CI runs it too).

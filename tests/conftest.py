@@ -67,6 +67,17 @@ NAMESPACE = "tests"
 _table_numbers = itertools.count()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold a test marked ``slow`` first, each file's tests in their own order.
+
+    ``make test`` hands whole files to its workers in this order, so the files that take minutes start
+    early and the short ones fill in after them, instead of a worker running a long file alone at the
+    end while the other has finished.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within stays
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
     """A migrated Airflow metadata database (SQLite) for tests that run real tasks."""

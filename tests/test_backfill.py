@@ -107,6 +107,7 @@ def _error_lines(logs: Path, expected_logs: int) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry(
     airflow: AirflowDeployment, catalog_hook: Any
 ) -> None:
@@ -268,6 +269,7 @@ def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None]]:
     return [(summary.get(SummaryKey.TASK_ID), summary.get(SummaryKey.RUN_ID))]
 
 
+@pytest.mark.slow
 def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
     airflow: AirflowDeployment, catalog_hook: Any
 ) -> None:

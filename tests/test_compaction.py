@@ -379,6 +379,7 @@ def rewrite_all_spec(name: str, retries: int) -> MaintenanceSpec:
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_a_merge_on_read_delete_committed_during_compaction_is_never_lost(spark, catalog_hook):
     name = orders_with_many_deletes(spark, "race_mor")
     expected = [row for row in spark_rows(spark, name) if row[0] not in (5050, 5051)]
@@ -486,6 +487,7 @@ def test_with_partial_progress_only_the_conflicting_group_is_planned_again(retri
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_table_care_dag_compacts_then_removes_old_orphans(spark, catalog_hook, airflow_db):
     from dags.iceberg_table_care import dag
 

@@ -85,6 +85,7 @@ def _submit_until_done(hook_catalog, spec: DmlSpec, outcomes: list[str]) -> None
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_concurrent_delete_update_and_compaction_equal_the_sequential_result(spark, pg_catalog):
     catalog = pg_catalog.catalog
     catalog.create_namespace_if_not_exists("tests")

@@ -118,6 +118,7 @@ def _bumps(catalog_hook, name: str) -> set[float]:
 
 @pytest.mark.spark_submit
 @pytest.mark.parametrize("orphan", ["running", "killed"])
+@pytest.mark.slow
 def test_a_retry_reattaches_to_the_spark_submit_its_killed_worker_left(
     spark, catalog_hook, airflow_db, capfd, orphan
 ):

@@ -200,6 +200,7 @@ def _kill_after(
             time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any, supervised: Any) -> None:
     state, folder = supervised
     seed = int(os.environ.get("SUPERVISOR_TEST_SEED", time.time_ns() % 100_000))

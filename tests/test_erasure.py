@@ -480,6 +480,7 @@ def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_i
     assert keys_on_storage(tables[items].location(), "order_id", erased_orders()) == []
 
 
+@pytest.mark.slow
 def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it_and_other_branches_are_erased(
     spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path
 ):
@@ -662,6 +663,7 @@ def test_a_concurrent_delete_and_append_during_the_purge_lose_nothing(spark, cat
     assert live(catalog_hook, orders, "order_id") == sorted(expected)
 
 
+@pytest.mark.slow
 def test_the_example_dag_erases_the_requested_customers_and_purges_them_through_spark_submit(
     catalog_hook, airflow_db
 ):

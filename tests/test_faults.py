@@ -66,6 +66,7 @@ def _submit_and_kill(catalog_hook, spec: DmlSpec, kill_after: float, data_folder
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("faults"), rows=600)
     data_folder = Path(load(catalog_hook, name).location().removeprefix("file:")) / "data"

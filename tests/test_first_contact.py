@@ -99,6 +99,7 @@ def test_maven_missing_error_names_every_way_to_get_the_jars(tmp_path, monkeypat
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_a_job_runs_with_jars_that_spark_resolves_itself(spark, catalog_hook, monkeypatch):
     """The pip user's path: no --jars; spark-submit downloads the coordinates (Ivy), the job commits."""
     monkeypatch.setenv(runtime.JAR_SOURCE_ENV, "spark-packages")

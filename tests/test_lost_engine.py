@@ -147,6 +147,7 @@ def own_server(catalog_hook, tmp_path, monkeypatch):
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_once(
     spark, catalog_hook, own_server
 ):

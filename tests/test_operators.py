@@ -58,6 +58,7 @@ def _snapshot_fields(table: Table, snapshot_id: int) -> dict[str, Any]:
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_delete_then_update_run_as_airflow_tasks_through_spark_submit(spark, catalog_hook, airflow_db):
     from tests.dags.dml_operators_test_dag import dag
 

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_the_quickstart_dag_deletes_updates_and_compacts_then_the_chained_example_changes_rows(
     catalog_hook, airflow_db, request, capfd
 ):

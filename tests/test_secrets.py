@@ -119,6 +119,7 @@ class _ProcessWatcher(threading.Thread):
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_catalog_secrets_stay_out_of_argv_logs_templates_xcom_and_files(
     catalog_hook, airflow_db, monkeypatch, capfd
 ):

@@ -34,6 +34,7 @@ from tests.conftest import new_table_name, run_dag
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_the_dml_dag_runs_through_the_rest_catalog_with_s3_and_no_secret_leaks(
     on_spark_cluster, on_rest_catalog, s3_server, driver_tmp, airflow_db
 ):

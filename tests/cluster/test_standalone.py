@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 
 @pytest.mark.spark_submit
+@pytest.mark.slow
 def test_the_dml_dag_runs_on_the_standalone_cluster(on_spark_cluster, catalog_hook, airflow_db):
     from tests.dags.cluster_dml_test_dag import embedded_dag
 
