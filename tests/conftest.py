@@ -48,13 +48,12 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
     ]
 )
 os.environ.setdefault("AIRFLOW_ICEBERG_DML_JAR_CACHE", str(_REPO / ".jars"))
-# The tests' JVMs (the shared SparkSession, the warm engines, every spark-submit, Spark's launcher and a
-# standalone cluster's daemons) live seconds to minutes on small tables: the JVM's quick compiler alone
-# serves them; with its optimizing compiler (C2) as well, they spend much of the suite's CPU compiling
-# code they run a few times (on a 2-core machine, test_operators, test_dml_job and test_lost_engine
-# took 376 to 408 s of CPU against 220 to 245 s, 4:00 to 4:14 against 3:05 to 3:27). Set any of these
-# variables to run the tests with other options.
-for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+# The tests' JVMs (the shared SparkSession, the warm engines, every spark-submit, and Spark's launcher
+# before each) live seconds to minutes on small tables: the JVM's quick compiler alone serves them, and
+# its optimizing compiler (C2) would compile code they run a few times (on a 2-core machine,
+# test_operators, test_dml_job and test_lost_engine took 376 to 408 s of CPU with it against 220 to 245 s
+# without, 4:00 to 4:14 against 3:05 to 3:27). Set either variable to run the tests with other options.
+for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
     os.environ.setdefault(_variable, "-XX:TieredStopAtLevel=1")
 
 if TYPE_CHECKING:
