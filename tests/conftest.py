@@ -53,6 +53,9 @@ os.environ.setdefault("AIRFLOW_ICEBERG_DML_JAR_CACHE", str(_REPO / ".jars"))
 # its optimizing compiler (C2) would compile code they run a few times (on a 2-core machine,
 # test_operators, test_dml_job and test_lost_engine took 376 to 408 s of CPU with it against 220 to 245 s
 # without, 4:00 to 4:14 against 3:05 to 3:27). Set either variable to run the tests with other options.
+# Unless SPARK_SUBMIT_OPTS is set, they also map Spark's and Iceberg's classes from an archive
+# (pytest_configure).
+_OUR_JVM_OPTIONS = "SPARK_SUBMIT_OPTS" not in os.environ
 for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
     os.environ.setdefault(_variable, "-XX:TieredStopAtLevel=1")
 
@@ -83,6 +86,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: the order within stays
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The JVMs spark-submit starts map Spark's and Iceberg's classes from one archive (tests/jvm_archive.py),
+    written on the first run. Done in the process that starts ``make test``'s workers, before it starts
+    them: they inherit ``SPARK_SUBMIT_OPTS``."""
+    if not _OUR_JVM_OPTIONS or hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    from airflow_iceberg_dml import runtime
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.hooks.submit_command import spark_properties
+    from tests.jvm_archive import archive_options
+
+    catalog = IcebergCatalogHook(CATALOG).catalog_config
+    properties = spark_properties(catalog, {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
+    options = archive_options(
+        runtime.jar_cache_dir(), properties, runtime.resolve_jars(), os.environ["SPARK_SUBMIT_OPTS"]
+    )
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *options])
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from airflow_iceberg_dml.jobs.spark_internals import jvm
 
@@ -15,3 +19,29 @@ def test_the_jvms_spark_submit_starts_take_the_options_the_conftest_sets(spark):
     arguments = list(runtime.getInputArguments())
     assert options
     assert set(options) <= set(arguments), arguments
+
+
+def test_spark_submit_maps_spark_classes_from_the_suites_archive():
+    """The archive the conftest sets (tests/jvm_archive.py) is one the JVMs of spark-submit can use: its
+    main class comes from the archive's top layer, not from Spark's jars."""
+    import pyspark
+
+    options = os.environ["SPARK_SUBMIT_OPTS"]
+    if "-XX:SharedArchiveFile=" not in options:
+        pytest.skip("SPARK_SUBMIT_OPTS was set before the suite started: no archive")
+    spark_home = Path(pyspark.__file__).parent
+    environment = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        "SPARK_SUBMIT_OPTS": f"{options} -Xlog:class+load=info",
+    }
+    done = subprocess.run(
+        [str(spark_home / "bin" / "spark-submit"), "--version"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = [line for line in done.stdout.splitlines() if "org.apache.spark.deploy.SparkSubmit " in line]
+    assert loaded, done.stdout[-2000:]
+    assert "source: shared objects file (top)" in loaded[0], loaded
