@@ -45,3 +45,14 @@ def test_spark_submit_maps_spark_classes_from_the_suites_archive():
     loaded = [line for line in done.stdout.splitlines() if "org.apache.spark.deploy.SparkSubmit " in line]
     assert loaded, done.stdout[-2000:]
     assert "source: shared objects file (top)" in loaded[0], loaded
+
+
+def test_the_archive_is_one_per_jar_set_in_the_cache_it_is_given(tmp_path):
+    """Another jar set (as another JDK or PySpark would) names another archive, so a stale one is never
+    mapped by a JVM it was not written for."""
+    from tests.jvm_archive import archive_path
+
+    first = archive_path(tmp_path, ["/jars/iceberg-spark-runtime-a.jar"])
+    assert first.parent == tmp_path / "cds"
+    assert first == archive_path(tmp_path, ["/jars/iceberg-spark-runtime-a.jar"])
+    assert first != archive_path(tmp_path, ["/jars/iceberg-spark-runtime-b.jar"])
