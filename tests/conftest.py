@@ -95,16 +95,25 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _OUR_JVM_OPTIONS or hasattr(config, "workerinput") or config.option.collectonly:
         return
     from airflow_iceberg_dml import runtime
-    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-    from airflow_iceberg_dml.hooks.submit_command import spark_properties
-    from tests.jvm_archive import archive_options
+    from tests.jvm_archive import archive_options, archive_path, write_archive
 
-    catalog = IcebergCatalogHook(CATALOG).catalog_config
-    properties = spark_properties(catalog, {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
-    options = archive_options(
-        runtime.jar_cache_dir(), properties, runtime.resolve_jars(), os.environ["SPARK_SUBMIT_OPTS"]
-    )
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *options])
+    jars = runtime.resolve_jars()
+    archive = archive_path(runtime.jar_cache_dir(), jars)
+    if not archive.is_file():
+        from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+        properties = _session_properties(IcebergCatalogHook(CATALOG))
+        write_archive(archive, properties, jars, os.environ["SPARK_SUBMIT_OPTS"])
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *archive_options(archive)])
+
+
+def _session_properties(catalog_hook: IcebergCatalogHook) -> dict[str, str]:
+    """The Spark properties of the suite's SparkSession (and of the archive's job): the catalog's, as a
+    job's properties file would hold them, no UI, few shuffle partitions."""
+    from airflow_iceberg_dml.hooks.submit_command import spark_properties
+
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
+    return spark_properties(catalog_hook.catalog_config, conf)
 
 
 @pytest.fixture(scope="session")
@@ -131,12 +140,10 @@ def spark(catalog_hook: IcebergCatalogHook) -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml import runtime
-    from airflow_iceberg_dml.hooks.spark_submit import spark_properties
 
     builder = SparkSession.builder.master("local[2]").appName("airflow-iceberg-dml-tests")
-    properties = spark_properties(catalog_hook.catalog_config, {"spark.ui.enabled": "false"})
+    properties = _session_properties(catalog_hook)
     properties["spark.jars"] = ",".join(runtime.resolve_jars())
-    properties["spark.sql.shuffle.partitions"] = "4"
     for key, value in properties.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

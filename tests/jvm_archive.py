@@ -36,40 +36,36 @@ def _java() -> str:
     return java
 
 
+def spark_home() -> Path:
+    """The Spark home of the installed PySpark, whose launcher and jars the tests' JVMs use."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
 def archive_path(cache: Path, jars: list[str]) -> Path:
     """Where the archive of this JDK, this PySpark and these jars lives (a change of any: a new one)."""
     import pyspark
 
-    spark_home = Path(pyspark.__file__).parent
     java = os.path.realpath(_java())
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=True).stderr
-    key = "\n".join(
-        [java, version, str(spark_home), *sorted(p.name for p in (spark_home / "jars").iterdir()), *jars]
-    )
+    spark_jars = sorted(path.name for path in (spark_home() / "jars").iterdir())
+    key = "\n".join([java, version, str(spark_home()), *spark_jars, *jars])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
 
 
-def archive_options(
-    cache: Path, properties: Mapping[str, str], jars: list[str], java_options: str
-) -> list[str]:
-    """The JVM options that map the archive, written first if there is none (a Spark job, ~40 s).
-
-    ``java_options`` are the options of the JVM that writes it (the tests' own). The JVM's messages
-    about the archive are off: a JVM that cannot use it (another class path) runs as without it.
-    """
-    archive = archive_path(cache, jars)
-    if not archive.is_file():
-        _write(archive, properties, jars, java_options)
+def archive_options(archive: Path) -> list[str]:
+    """The JVM options that map ``archive``. The JVM's messages about it are off: a JVM that cannot use
+    it (another class path) runs as without it."""
     return [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds*=off"]
 
 
-def _write(archive: Path, properties: Mapping[str, str], jars: list[str], java_options: str) -> None:
-    import pyspark
-
+def write_archive(archive: Path, properties: Mapping[str, str], jars: list[str], java_options: str) -> None:
+    """Write ``archive`` with this file's job (about a minute): Spark ``properties`` (its catalog's),
+    ``jars``, and ``java_options`` for the JVM that writes it (the tests' own)."""
     from airflow_iceberg_dml.hooks.submit_command import properties_file_text
 
-    spark_home = Path(pyspark.__file__).parent
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="iceberg-dml-cds-") as folder:
         properties_file = Path(folder) / "spark.properties"
@@ -77,12 +73,12 @@ def _write(archive: Path, properties: Mapping[str, str], jars: list[str], java_o
         written = archive.with_name(f"{archive.name}.{os.getpid()}")  # two sessions may write at once
         environment = {
             **os.environ,
-            "SPARK_HOME": str(spark_home),
+            "SPARK_HOME": str(spark_home()),
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_SUBMIT_OPTS": f"{java_options} -XX:ArchiveClassesAtExit={written} -Xlog:cds*=off",
         }
         command = [
-            str(spark_home / "bin" / "spark-submit"),
+            str(spark_home() / "bin" / "spark-submit"),
             "--master",
             "local[2]",
             "--properties-file",

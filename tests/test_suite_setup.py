@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from airflow_iceberg_dml.jobs.spark_internals import jvm
+from tests.jvm_archive import archive_path, spark_home
 
 
 def test_the_jvms_spark_submit_starts_take_the_options_the_conftest_sets(spark):
@@ -24,19 +24,16 @@ def test_the_jvms_spark_submit_starts_take_the_options_the_conftest_sets(spark):
 def test_spark_submit_maps_spark_classes_from_the_suites_archive():
     """The archive the conftest sets (tests/jvm_archive.py) is one the JVMs of spark-submit can use: its
     main class comes from the archive's top layer, not from Spark's jars."""
-    import pyspark
-
     options = os.environ["SPARK_SUBMIT_OPTS"]
     if "-XX:SharedArchiveFile=" not in options:
         pytest.skip("SPARK_SUBMIT_OPTS was set before the suite started: no archive")
-    spark_home = Path(pyspark.__file__).parent
     environment = {
         **os.environ,
-        "SPARK_HOME": str(spark_home),
+        "SPARK_HOME": str(spark_home()),
         "SPARK_SUBMIT_OPTS": f"{options} -Xlog:class+load=info",
     }
     done = subprocess.run(
-        [str(spark_home / "bin" / "spark-submit"), "--version"],
+        [str(spark_home() / "bin" / "spark-submit"), "--version"],
         env=environment,
         capture_output=True,
         text=True,
@@ -47,12 +44,25 @@ def test_spark_submit_maps_spark_classes_from_the_suites_archive():
     assert "source: shared objects file (top)" in loaded[0], loaded
 
 
-def test_the_archive_is_one_per_jar_set_in_the_cache_it_is_given(tmp_path):
-    """Another jar set (as another JDK or PySpark would) names another archive, so a stale one is never
-    mapped by a JVM it was not written for."""
-    from tests.jvm_archive import archive_path
+def test_the_archive_is_one_per_jdk_pyspark_and_jar_set_in_the_cache_it_is_given(tmp_path, monkeypatch):
+    """Another jar set, JDK or PySpark names another archive, so a stale one is never mapped by a JVM it
+    was not written for."""
+    import pyspark
 
-    first = archive_path(tmp_path, ["/jars/iceberg-spark-runtime-a.jar"])
+    jars = ["/jars/iceberg-spark-runtime-a.jar"]
+    first = archive_path(tmp_path, jars)
     assert first.parent == tmp_path / "cds"
-    assert first == archive_path(tmp_path, ["/jars/iceberg-spark-runtime-a.jar"])
+    assert first == archive_path(tmp_path, list(jars))
     assert first != archive_path(tmp_path, ["/jars/iceberg-spark-runtime-b.jar"])
+
+    other_jdk = tmp_path / "jdk"
+    (other_jdk / "bin").mkdir(parents=True)
+    (other_jdk / "bin" / "java").write_text("#!/bin/sh\necho 'openjdk version \"21.0.1\"' >&2\n")
+    (other_jdk / "bin" / "java").chmod(0o755)
+    with monkeypatch.context() as patch:
+        patch.setenv("JAVA_HOME", str(other_jdk))
+        assert archive_path(tmp_path, jars) != first
+    with monkeypatch.context() as patch:
+        patch.setattr(pyspark, "__version__", "4.2.0")
+        assert archive_path(tmp_path, jars) != first
+    assert archive_path(tmp_path, jars) == first
