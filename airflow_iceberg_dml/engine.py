@@ -145,9 +145,7 @@ def server_properties(
 
 def server_command(properties_path: Path, jars: runtime.SparkJars) -> list[str]:
     """spark-submit of the Connect server that ships with the installed PySpark."""
-    import pyspark
-
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    spark_submit = runtime.bundled_spark_home() / "bin" / "spark-submit"
     command = [str(spark_submit), "--class", SERVER_CLASS, "--properties-file", str(properties_path)]
     if jars.jars:
         command += ["--jars", ",".join(jars.jars)]
@@ -157,10 +155,8 @@ def server_command(properties_path: Path, jars: runtime.SparkJars) -> list[str]:
 def _spawn(command: list[str], log_path: Path, host: str) -> subprocess.Popen[bytes]:
     """Start the server process (or its supervisor), detached from this command, its output appended
     to ``log_path``."""
-    import pyspark
-
     environment = job_environment(os.environ)
-    environment.setdefault("SPARK_HOME", str(Path(pyspark.__file__).parent))
+    environment.setdefault("SPARK_HOME", str(runtime.bundled_spark_home()))
     environment["PYSPARK_PYTHON"] = sys.executable
     if host in ("127.0.0.1", "localhost"):
         environment["SPARK_LOCAL_IP"] = "127.0.0.1"  # the web UI on loopback too, like the server

@@ -102,6 +102,13 @@ def jar_cache_dir() -> Path:
     return Path("~/.cache/airflow-iceberg-dml/jars").expanduser()
 
 
+def bundled_spark_home() -> Path:
+    """The Spark home the installed PySpark wheel carries (``bin/spark-submit``, ``jars/``)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
 def temp_dir() -> Path:
     """Where jobs make their private folders: ``AIRFLOW_ICEBERG_DML_TMPDIR``, else the system temp folder."""
     configured = os.environ.get(TMPDIR_ENV)

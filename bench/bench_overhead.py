@@ -86,9 +86,9 @@ def spark_submit_binary() -> str:
     found = shutil.which("spark-submit")
     if found:
         return found
-    import pyspark
+    from airflow_iceberg_dml.runtime import bundled_spark_home
 
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    return str(bundled_spark_home() / "bin" / "spark-submit")
 
 
 def submit_command(hook: IcebergCatalogHook, folder: Path, script: Path, *arguments: str) -> list[str]:

@@ -104,6 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
         properties = _session_properties(IcebergCatalogHook(CATALOG))
         write_archive(archive, properties, jars, os.environ["SPARK_SUBMIT_OPTS"])
+    else:
+        archive.touch()  # in use: kept when another JDK, PySpark or jar set writes its own
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *archive_options(archive)])
 
 

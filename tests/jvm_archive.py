@@ -19,8 +19,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from airflow_iceberg_dml.runtime import bundled_spark_home
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -36,23 +39,34 @@ def _java() -> str:
     return java
 
 
-def spark_home() -> Path:
-    """The Spark home of the installed PySpark, whose launcher and jars the tests' JVMs use."""
-    import pyspark
-
-    return Path(pyspark.__file__).parent
-
-
 def archive_path(cache: Path, jars: list[str]) -> Path:
     """Where the archive of this JDK, this PySpark and these jars lives (a change of any: a new one)."""
     import pyspark
 
     java = os.path.realpath(_java())
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=True).stderr
-    spark_jars = sorted(path.name for path in (spark_home() / "jars").iterdir())
-    key = "\n".join([java, version, str(spark_home()), *spark_jars, *jars])
+    spark_jars = sorted(path.name for path in (bundled_spark_home() / "jars").iterdir())
+    key = "\n".join([java, version, str(bundled_spark_home()), *spark_jars, *jars])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+#: An archive of another JDK, PySpark or jar set unused this long goes when a new archive is written.
+UNUSED_FOR_SECONDS = 14 * 24 * 3600
+
+
+def prune_archives(archive: Path, unused_for: float = UNUSED_FOR_SECONDS) -> list[Path]:
+    """Remove the other archives beside ``archive`` that no run has used for ``unused_for`` seconds (a
+    run that uses an archive touches it), and return them."""
+    cutoff = time.time() - unused_for
+    stale = [
+        other
+        for other in archive.parent.glob("spark-*.jsa")
+        if other != archive and other.stat().st_mtime < cutoff
+    ]
+    for other in stale:
+        other.unlink(missing_ok=True)
+    return stale
 
 
 def archive_options(archive: Path) -> list[str]:
@@ -73,12 +87,12 @@ def write_archive(archive: Path, properties: Mapping[str, str], jars: list[str],
         written = archive.with_name(f"{archive.name}.{os.getpid()}")  # two sessions may write at once
         environment = {
             **os.environ,
-            "SPARK_HOME": str(spark_home()),
+            "SPARK_HOME": str(bundled_spark_home()),
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_SUBMIT_OPTS": f"{java_options} -XX:ArchiveClassesAtExit={written} -Xlog:cds*=off",
         }
         command = [
-            str(spark_home() / "bin" / "spark-submit"),
+            str(bundled_spark_home() / "bin" / "spark-submit"),
             "--master",
             "local[2]",
             "--properties-file",
@@ -94,6 +108,7 @@ def write_archive(archive: Path, properties: Mapping[str, str], jars: list[str],
                 f"The JVM class archive's job failed (exit {done.returncode}):\n{done.stderr[-4000:]}"
             )
         os.replace(written, archive)
+    prune_archives(archive)
 
 
 def _job(catalog: str) -> None:

@@ -723,8 +723,6 @@ def rest_catalog_conn(tmp_path, monkeypatch) -> Iterator[str]:
     Started with the launcher and jars of the cluster tests (``tests/cluster``), plus the Hadoop client
     jars that ship with PySpark for the local file system.
     """
-    import pyspark
-
     from airflow_iceberg_dml import runtime
 
     try:
@@ -735,7 +733,7 @@ def rest_catalog_conn(tmp_path, monkeypatch) -> Iterator[str]:
     if shutil.which("javac") is None:
         pytest.skip("the REST catalog launcher needs a JDK (javac)")
     classpath = [f"{fetch_classpath(f'iceberg-rest-{runtime.ICEBERG_VERSION}', REST_CATALOG_CLASSPATH)}/*"]
-    spark_jars = Path(pyspark.__file__).parent / "jars"
+    spark_jars = runtime.bundled_spark_home() / "jars"
     classpath += [str(jar) for jar in sorted(spark_jars.glob("hadoop-client-*.jar"))]
     classpath += [str(jar) for jar in sorted(spark_jars.glob("commons-logging-*.jar"))]
     port = free_port()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
 from airflow_iceberg_dml.jobs.spark_internals import jvm
-from tests.jvm_archive import archive_path, spark_home
+from airflow_iceberg_dml.runtime import bundled_spark_home
+from tests.jvm_archive import UNUSED_FOR_SECONDS, archive_path, prune_archives
 
 
 def test_the_jvms_spark_submit_starts_take_the_options_the_conftest_sets(spark):
@@ -29,11 +31,11 @@ def test_spark_submit_maps_spark_classes_from_the_suites_archive():
         pytest.skip("SPARK_SUBMIT_OPTS was set before the suite started: no archive")
     environment = {
         **os.environ,
-        "SPARK_HOME": str(spark_home()),
+        "SPARK_HOME": str(bundled_spark_home()),
         "SPARK_SUBMIT_OPTS": f"{options} -Xlog:class+load=info",
     }
     done = subprocess.run(
-        [str(spark_home() / "bin" / "spark-submit"), "--version"],
+        [str(bundled_spark_home() / "bin" / "spark-submit"), "--version"],
         env=environment,
         capture_output=True,
         text=True,
@@ -66,3 +68,23 @@ def test_the_archive_is_one_per_jdk_pyspark_and_jar_set_in_the_cache_it_is_given
         patch.setattr(pyspark, "__version__", "4.2.0")
         assert archive_path(tmp_path, jars) != first
     assert archive_path(tmp_path, jars) == first
+
+
+def test_a_new_archive_removes_the_others_no_run_used_for_two_weeks(tmp_path):
+    """Archives of other JDKs, PySparks or jar sets do not pile up in the jar cache: writing one removes
+    those unused for two weeks (a run touches the archive it maps), and keeps the others."""
+    cds = tmp_path / "cds"
+    cds.mkdir()
+    new, recent, old, unrelated = (
+        cds / name for name in ("spark-4-a.jsa", "spark-4-b.jsa", "spark-4-c.jsa", "x.jsa")
+    )
+    for path in (new, recent, old, unrelated):
+        path.write_bytes(b"archive")
+    now = time.time()
+    os.utime(recent, (now, now - UNUSED_FOR_SECONDS + 3600))
+    os.utime(old, (now, now - UNUSED_FOR_SECONDS - 3600))
+    os.utime(unrelated, (now, now - 10 * UNUSED_FOR_SECONDS))
+    os.utime(new, (now, now - 10 * UNUSED_FOR_SECONDS))  # the one written is kept whatever its time
+
+    assert prune_archives(new) == [old]
+    assert sorted(path.name for path in cds.iterdir()) == ["spark-4-a.jsa", "spark-4-b.jsa", "x.jsa"]

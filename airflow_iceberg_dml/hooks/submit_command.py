@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.hooks.spark_submit import ALLOWED_SPARK_BINARIES
 
 import airflow_iceberg_dml
+from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import ICEBERG_EXTENSIONS
 from airflow_iceberg_dml.spec import LOG_PREFIX
 
@@ -147,9 +148,7 @@ def bundled_spark_binary(binary: str) -> str | None:
     """The pyspark wheel's own ``binary`` when none is on PATH (Airflow runs outside the venv), else None."""
     if binary not in ALLOWED_SPARK_BINARIES or shutil.which(binary) is not None:
         return None  # on PATH, or refused by the provider with its own message
-    import pyspark
-
-    bundled = Path(pyspark.__file__).parent / "bin" / binary
+    bundled = runtime.bundled_spark_home() / "bin" / binary
     return str(bundled) if bundled.is_file() else None
 
 

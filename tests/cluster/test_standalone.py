@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from airflow_iceberg_dml.catalog_config import CatalogConfig
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook, check_deploy_mode, spark_properties
+from airflow_iceberg_dml.runtime import bundled_spark_home
 from airflow_iceberg_dml.spec import DmlSpec, JobKind
 from tests.cluster.conftest import SPARK_CONN_ID, spark_connection
 from tests.cluster.dml_checks import check_delete_then_update
@@ -50,11 +50,9 @@ def test_the_cluster_listens_on_loopback_only(spark_cluster: SparkCluster):
 def test_spark_standalone_refuses_python_applications_in_cluster_mode(spark_cluster, tmp_path):
     # The premise of check_deploy_mode, asked of Spark itself: if a future Spark accepts this,
     # the hook's refusal below must go and the remote-driver path be tested here instead.
-    import pyspark
-
     application = tmp_path / "noop.py"
     application.write_text("print('never runs')\n")
-    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    spark_submit = bundled_spark_home() / "bin" / "spark-submit"
     completed = subprocess.run(
         [
             str(spark_submit),
