@@ -31,7 +31,7 @@ up to a third on this machine: ``--repeat N`` runs each N times, in rounds (ever
 then again), and the ratios and the plot use the medians.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
-[--repeat 1] [--keep-logs DIR] [--engine-conf KEY=VALUE ...]``
+[--repeat 1] [--keep-logs DIR] [--engine-conf KEY=VALUE ...] [--engine-warm-rounds N]``
 """
 
 from __future__ import annotations
@@ -242,6 +242,11 @@ def main(argv: list[str]) -> None:
         metavar="KEY=VALUE",
         help="a Spark setting of the warm engine's server (repeatable; the results keep them)",
     )
+    parser.add_argument(
+        "--engine-warm-rounds",
+        type=int,
+        help="the warm engine's warm-up rounds (default: engine start's own; the results keep them)",
+    )
     args, _ = parser.parse_known_args(argv)
     if malformed := [setting for setting in args.engine_conf if "=" not in setting]:
         parser.error(f"--engine-conf takes KEY=VALUE, not {', '.join(map(repr, malformed))}")
@@ -262,6 +267,7 @@ def main(argv: list[str]) -> None:
         port=free_port(),
         catalog=IcebergCatalogHook("iceberg_default").catalog_config,
         conf=engine_conf,
+        **({} if args.engine_warm_rounds is None else {"warm_rounds": args.engine_warm_rounds}),
     )
     engine_pid = engine.server_pid(state, engine_home)
     try:
@@ -283,7 +289,13 @@ def main(argv: list[str]) -> None:
                 log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
                 rows.append(row)
                 _ratios(rows)  # written after each configuration: a long run keeps what it measured
-                results = {"scale_factor": scale, "days": days, "engine_conf": engine_conf, "rows": rows}
+                results = {
+                    "scale_factor": scale,
+                    "days": days,
+                    "engine_conf": engine_conf,
+                    "engine_warm_rounds": args.engine_warm_rounds,
+                    "rows": rows,
+                }
                 write_results("backfill", results, quick=args.quick)
     finally:
         engine.stop(engine_home)
