@@ -227,6 +227,8 @@ def _one(
 
 
 def main(argv: list[str]) -> None:
+    from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS
+
     parser = argparse.ArgumentParser(prog="python -m bench backfill")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dates", type=int, default=30)
@@ -245,7 +247,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--engine-warm-rounds",
         type=int,
-        help="the warm engine's warm-up rounds (default: engine start's own; the results keep them)",
+        default=WARM_ROUNDS,
+        help=f"the warm engine's warm-up rounds (default {WARM_ROUNDS}; the results keep them)",
     )
     args, _ = parser.parse_known_args(argv)
     if malformed := [setting for setting in args.engine_conf if "=" not in setting]:
@@ -262,13 +265,16 @@ def main(argv: list[str]) -> None:
 
     rows: list[dict[str, Any]] = []
     engine_home = Path(tempfile.mkdtemp(prefix="bench-backfill-engine-"))
+    started = time.monotonic()
     state = engine.start(
         home=engine_home,
         port=free_port(),
         catalog=IcebergCatalogHook("iceberg_default").catalog_config,
         conf=engine_conf,
-        **({} if args.engine_warm_rounds is None else {"warm_rounds": args.engine_warm_rounds}),
+        warm_rounds=args.engine_warm_rounds,
     )
+    engine_start_s = time.monotonic() - started
+    log(f"warm engine started in {engine_start_s:.1f} s ({args.engine_warm_rounds} warm-up rounds)")
     engine_pid = engine.server_pid(state, engine_home)
     try:
         with postgres_server() as server_uri:
@@ -294,6 +300,7 @@ def main(argv: list[str]) -> None:
                     "days": days,
                     "engine_conf": engine_conf,
                     "engine_warm_rounds": args.engine_warm_rounds,
+                    "engine_start_s": engine_start_s,
                     "rows": rows,
                 }
                 write_results("backfill", results, quick=args.quick)

@@ -45,8 +45,9 @@ def archive_path(cache: Path, jars: list[str]) -> Path:
 
     java = os.path.realpath(_java())
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=True).stderr
-    spark_jars = sorted(path.name for path in (bundled_spark_home() / "jars").iterdir())
-    key = "\n".join([java, version, str(bundled_spark_home()), *spark_jars, *jars])
+    spark_home = bundled_spark_home()
+    spark_jars = sorted(path.name for path in (spark_home / "jars").iterdir())
+    key = "\n".join([java, version, str(spark_home), *spark_jars, *jars])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
 

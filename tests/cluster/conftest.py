@@ -24,7 +24,6 @@ import pytest
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import S3_FILE_IO
-from airflow_iceberg_dml.runtime import bundled_spark_home
 from tests.cluster.servers import (
     LOOPBACK,
     ServerProcess,
@@ -231,7 +230,7 @@ def _alive_workers(web_url: str) -> int:
 def spark_cluster(cluster_state: Path) -> Iterator[SparkCluster]:
     """A Spark standalone master and one worker (2 cores, 2 GB) from the pyspark distribution."""
     _java()
-    spark_home = bundled_spark_home()
+    spark_home = runtime.bundled_spark_home()
     spark_class = str(spark_home / "bin" / "spark-class")
     home = cluster_state / "spark"
     work_dir, local_dir, conf_dir = home / "work", home / "local", home / "conf"
