@@ -116,6 +116,26 @@ def port_open(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` or one of its descendants listens on ``port``. An open port alone is not
+    enough: while a server fails to bind, another process may hold the port (a JVM's random one)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for process in processes:
+        try:
+            sockets = process.net_connections("inet")
+        except psutil.Error:
+            continue
+        if any(s.status == psutil.CONN_LISTEN and s.laddr and s.laddr.port == port for s in sockets):
+            return True
+    return False
+
+
 def server_properties(
     catalog: CatalogConfig,
     host: str,
@@ -172,10 +192,10 @@ def _spawn(command: list[str], log_path: Path, host: str) -> subprocess.Popen[by
 
 
 def _wait_until_listening(
-    process: subprocess.Popen[bytes], host: str, port: int, timeout_s: float, log_path: Path
+    process: subprocess.Popen[bytes], port: int, timeout_s: float, log_path: Path
 ) -> None:
     deadline = time.monotonic() + timeout_s
-    while not port_open(host, port):
+    while not listens(process.pid, port):
         if process.poll() is not None:
             raise RuntimeError(f"The Spark Connect server exited ({process.returncode}); see {log_path}.")
         if time.monotonic() > deadline:
@@ -231,7 +251,7 @@ def start(
         command = [sys.executable, "-m", "airflow_iceberg_dml.engine_supervisor", str(folder)]
     process = _spawn(command, folder / ("supervisor.out" if supervise else "server.log"), host)
     state = EngineState(process.pid, host, port, catalog.name, time.time(), str(log_path), supervise, ui_port)
-    _wait_until_listening(process, host, port, timeout_s, log_path)
+    _wait_until_listening(process, port, timeout_s, log_path)
     (folder / _STATE_FILE).write_text(json.dumps(asdict(state)))
     if warm:
         warm_up(state, folder, warm_rounds)

@@ -138,7 +138,7 @@ class Supervisor:
         while child.poll() is None and not self.stopping:
             if state is None:
                 state = engine.read_state(self.folder)  # start() writes it once the first server listens
-            elif engine.port_open(state.host, state.port):
+            elif engine.listens(child.pid, state.port):
                 return True
             time.sleep(0.5)
         return False

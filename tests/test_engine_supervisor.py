@@ -129,7 +129,7 @@ def _wait_for_restart(state: Any, folder: Path, restarts: int) -> None:
     deadline = time.monotonic() + RETRY_DEADLINE_S
     while True:
         server = read_server(folder)
-        if server is not None and server.restarts == restarts and engine.port_open(state.host, state.port):
+        if server is not None and server.restarts == restarts and engine.listens(server.pid, state.port):
             return
         assert time.monotonic() < deadline, f"the supervisor did not restart the server ({server})"
         time.sleep(0.5)
