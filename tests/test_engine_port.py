@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -42,7 +43,7 @@ FAILS_TO_BIND = [sys.executable, "-c", "import sys, time; time.sleep(1); sys.exi
 def _listen(port: int, *, through_shell: bool = False) -> subprocess.Popen[str]:
     command = [sys.executable, "-c", LISTENER, str(port)]
     if through_shell:  # a child listens, not the process started (spark-submit runs the JVM as one)
-        command = ["bash", "-c", " ".join(f"'{part}'" for part in command) + "; true"]
+        command = ["bash", "-c", f"{shlex.join(command)}; true"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "listening"
