@@ -13,7 +13,10 @@ first runs met this.
 So a task about to emit takes its turn on each asset it emits for, the moment its work is done, and
 keeps it until Airflow has recorded its success: the turn is given back by a success (or failure)
 callback, which the task runner calls once the state update has returned, or by the kernel when the
-task's process ends. The next task of the asset on the host then finds the link in place. A task
+task's process ends. The next task of the asset on the host then finds the link in place. Only the
+assets its alias does not resolve to yet need the turn (the operator asks Airflow first, with
+:func:`airflow_iceberg_dml.compat.assets_of_alias`): once linked, reports cannot race, and the tasks of
+a group commit, settled together, report at once instead of one after another. A task
 waits at most ``REPORT_WAIT_S`` in all and then reports anyway (a process that ran a task without
 its callbacks, such as a test calling ``execute``, keeps its turn until it exits).
 """

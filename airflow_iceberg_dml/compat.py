@@ -13,7 +13,9 @@ back, with a warning naming the package, its version and the tested range:
 - a remote driver's application id: unknown, the commit is found by run key only;
 - pyiceberg's REST internals (the conditional loadTable of the snapshot sensor): not used at all on an
   untested pyiceberg, the sensor polls with a plain ``load_table``;
-- a Spark Connect session's settings in one request (a commit's summary properties): one per key.
+- a Spark Connect session's settings in one request (a commit's summary properties): one per key;
+- the assets Airflow has linked to an asset alias (whether a task may report its events without its
+  turn): not asked, every task reports in turn.
 """
 
 from __future__ import annotations
@@ -330,3 +332,29 @@ _QUIET: dict[type, type] = {}
 
 def _no_close(self: Any) -> None:
     """Nothing: the session was stopped (and its client closed) by the job that opened it."""
+
+
+# -- apache-airflow-task-sdk (tested with 1.3) -----------------------------------------------------------
+
+
+def assets_of_alias(alias_name: str) -> set[str] | None:
+    """The URIs of the assets Airflow has linked to the asset alias ``alias_name`` (by its earlier
+    events), asked of Airflow's API server from the running task; None when it cannot be asked.
+
+    Why private: the task SDK resolves an alias for a task's inlets with its ``GetAssetsByAlias``
+    request to the supervisor (task SDK 1.3), and offers no public call for it. Outside a task, or where
+    the request is missing or refused, the answer is None and the caller assumes nothing is linked.
+    """
+    try:
+        from airflow.sdk.execution_time.comms import AssetsByAliasResult, GetAssetsByAlias
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+    except ImportError:  # Airflow 3.2's task SDK, or no task running: report in turn
+        return None
+    try:
+        response = SUPERVISOR_COMMS.send(GetAssetsByAlias(alias_name=alias_name))
+    except Exception as error:  # noqa: BLE001 - a question to save a wait: never fail the task over it
+        log.debug("Could not ask Airflow which assets alias %r is linked to: %s", alias_name, error)
+        return None
+    if not isinstance(response, AssetsByAliasResult):
+        return None
+    return {asset.uri for asset in response.assets}

@@ -137,3 +137,46 @@ def test_a_snapshot_id_copied_from_the_ui_is_accepted_where_ids_are_taken(spark,
     assert SnapshotFilter.build(newer_than_snapshot_id=str(snapshot_id)).newer_than_snapshot_id == snapshot_id
     with pytest.raises(ValueError, match=r"1\.2e18"):
         parse_snapshot_id("expected_snapshot_id", "1.2e18")
+
+
+def test_a_task_whose_alias_resolves_to_the_table_reports_without_waiting_for_the_turn(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path, monkeypatch, capfd
+):
+    """Only an alias's first event for an asset can race another task's report (asset_registration.py).
+    Once Airflow links the alias to the table's asset, the task reports at once: here the turn is held
+    by someone else for the whole second run, which would otherwise wait 30 s for it."""
+    import fcntl
+    import time
+
+    from airflow_iceberg_dml.asset_registration import report_lock_path
+    from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, open_lock_file
+    from tests.dags.no_match_test_dag import dag
+
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("alias_linked"), rows=300)
+    first = run_dag(dag, table=name)  # erase_absent_told's first event links its alias to the table
+    assert task_states(first)["erase_absent_told"] == "success"
+    uri = f"iceberg://{CATALOG}/{name.replace('.', '/')}"
+    with open_lock_file(report_lock_path(uri)) as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the first run gave it back
+        capfd.readouterr()
+        started = time.monotonic()
+        second = run_dag(dag, table=name)
+        took = time.monotonic() - started
+    output = "".join(capfd.readouterr())
+
+    assert task_states(second)["erase_absent_told"] == "success"
+    assert xcom_result(second, "erase_absent_told")["noop"] is True  # it emitted its event ...
+    assert "Reporting without the turn" not in output  # ... without waiting for the turn
+    assert took < 30, took
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = (
+            session.query(AssetEvent.source_run_id)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .filter(AssetModel.uri == uri, AssetEvent.source_task_id == "erase_absent_told")
+            .all()
+        )
+    assert sorted(run_id for (run_id,) in events) == sorted([first.run_id, second.run_id])

@@ -171,3 +171,12 @@ def test_a_connect_session_whose_batch_names_moved_gets_its_settings_one_request
     assert "RuntimeConf._set_all" in caplog.text
     assert "RuntimeConf._client" in caplog.text
     assert "one request per key" in caplog.text
+
+
+def test_the_task_sdks_alias_request_still_exists():
+    """``assets_of_alias`` asks through these (task SDK 1.3); outside a task it cannot ask, and says so."""
+    from airflow.sdk.execution_time import comms
+
+    assert comms.GetAssetsByAlias(alias_name="a").alias_name == "a"
+    assert comms.AssetsByAliasResult(assets=[]).assets == []
+    assert compat.assets_of_alias("iceberg-dml:iceberg_default:demo.orders") is None

@@ -204,6 +204,20 @@ def test_a_finished_earlier_job_is_cleaned_up_and_forgotten(tmp_path, capfd):
     assert "ended: committed" in "".join(capfd.readouterr())
 
 
+def test_a_first_try_does_not_read_the_store(tmp_path):
+    """Try 1 has no earlier try: the store (a request to the API server per engine) is not asked, and
+    what it holds is left alone; try 2 deals with it."""
+    folder = _job_folder(tmp_path, JobRecord(outcome=Outcome.COMMITTED, snapshot_id=42))
+    store = _Store({SPARK_SUBMIT_STATE_KEY: _finished_process(folder).to_json()})
+    operator = IcebergDeleteOperator(task_id="delete", table="tests.t", where="TRUE")
+    assert operator._reattach(store, try_number=1) is False
+    assert folder.exists()
+    assert SPARK_SUBMIT_STATE_KEY in store
+    assert operator._reattach(store, try_number=2) is True
+    assert not folder.exists()
+    assert store == {}
+
+
 def test_a_process_recorded_on_another_machine_is_not_waited_for(tmp_path, capfd):
     folder = _job_folder(tmp_path, None)
     elsewhere = replace(_finished_process(folder), host="another-worker")

@@ -44,6 +44,7 @@ from airflow.sdk.exceptions import AirflowRuntimeError
 
 from airflow_iceberg_dml.asset_registration import give_back_after_report, take_report_turn
 from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.compat import assets_of_alias
 from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.group_commit import GroupOffer, Offer, queue_folder, settle
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -245,7 +246,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         run = JobRun(context, IcebergCatalogHook(self.catalog_conn_id))
         with bad_input_fails_the_task():
             store = self._task_state_store(context)
-            self._reattach(store)  # what follows sees the table as that earlier job left it
+            self._reattach(store, context["ti"].try_number)  # what follows sees the table as it left it
             result = self._run(run, store, self.plan(run, run.catalog_hook.load_table(self.table)))
             self.report(run, result)
             return result
@@ -312,7 +313,10 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         """Emit the result's asset events (in turn per asset: asset_registration.py) and log it."""
         self._lineage_result = result
         if self._outlet is not None and (events := self.asset_events(run, result)):
-            give_back_after_report(self, take_report_turn({asset.uri for asset, _ in events}, self.log))
+            # Only a first event races (asset_registration.py): an asset the alias resolves to needs no turn.
+            new = {asset.uri for asset, _ in events} - (assets_of_alias(self._outlet.name) or set())
+            if new:
+                give_back_after_report(self, take_report_turn(new, self.log))
             for asset, extra in events:
                 run.context["outlet_events"][self._outlet].add(asset, extra=extra)
         self.log_result(result)
@@ -376,10 +380,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         except AirflowRuntimeError as error:
             self.log.warning("Could not clear the task state store's %r: %s", key, error)
 
-    def _reattach(self, store: TaskStateStore | None) -> bool:
+    def _reattach(self, store: TaskStateStore | None, try_number: int | None = None) -> bool:
         """Let each engine deal with the job an earlier try stored under its key (wait for it, or stop
-        it); True when there was one."""
-        if store is None:
+        it); True when there was one. A first try (``try_number`` 1) has no earlier one: the store, a
+        request to Airflow's API server per engine, is not read."""
+        if store is None or try_number == 1:
             return False
         found = False
         for engine_type in known_engines():
