@@ -195,6 +195,8 @@ def _one(
         log(f"task failed: {failure}")
     if keep_logs is not None:
         shutil.copytree(home / "airflow" / "logs", keep_logs / label, dirs_exist_ok=True)
+        for own in (home / "airflow").glob("*.log"):  # the scheduler's, the API server's, the DAG processor's
+            shutil.copy(own, keep_logs / label / own.name)
         log(f"task logs: {keep_logs / label}")
     shutil.rmtree(home, ignore_errors=True)
     return {
@@ -236,7 +238,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--engines", default="connect,submit,noop")
     parser.add_argument("--scale-factor", default="0.1")
     parser.add_argument("--repeat", type=int, default=1, help="backfills per configuration (ratios: medians)")
-    parser.add_argument("--keep-logs", type=Path, help="copy each backfill's task logs into this folder")
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        help="copy each backfill's task logs, and its scheduler's, API server's and DAG processor's, here",
+    )
     parser.add_argument(
         "--engine-conf",
         action="append",
