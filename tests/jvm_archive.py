@@ -39,15 +39,26 @@ def _java() -> str:
     return java
 
 
+def _as_checked(jar: Path) -> str:
+    """A jar as a JVM checks it before it maps an archive's classes: its name, size and time (PySpark
+    installed again at the same version and path has new jars, which an older archive does not fit)."""
+    try:
+        stat = jar.stat()
+    except OSError:
+        return jar.name
+    return f"{jar.name} {stat.st_size} {stat.st_mtime_ns}"
+
+
 def archive_path(cache: Path, jars: list[str]) -> Path:
-    """Where the archive of this JDK, this PySpark and these jars lives (a change of any: a new one)."""
+    """Where the archive of this JDK, this PySpark and these jars lives (a change of any, a jar installed
+    again included: a new one)."""
     import pyspark
 
     java = os.path.realpath(_java())
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=True).stderr
     spark_home = bundled_spark_home()
-    spark_jars = sorted(path.name for path in (spark_home / "jars").iterdir())
-    key = "\n".join([java, version, str(spark_home), *spark_jars, *jars])
+    spark_jars = sorted(_as_checked(path) for path in (spark_home / "jars").iterdir())
+    key = "\n".join([java, version, str(spark_home), *spark_jars, *(_as_checked(Path(jar)) for jar in jars)])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
 

@@ -70,6 +70,17 @@ def test_the_archive_is_one_per_jdk_pyspark_and_jar_set_in_the_cache_it_is_given
     assert archive_path(tmp_path, jars) == first
 
 
+def test_a_jar_installed_again_names_another_archive(tmp_path):
+    """A JVM maps an archive only for the jars it was written with (their size and time): PySpark or the
+    runtime jar installed again at the same version and path (a new virtualenv) gets an archive of its own."""
+    jar = tmp_path / "iceberg-spark-runtime.jar"
+    jar.write_bytes(b"jar")
+    first = archive_path(tmp_path, [str(jar)])
+    assert archive_path(tmp_path, [str(jar)]) == first
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 10**9))
+    assert archive_path(tmp_path, [str(jar)]) != first
+
+
 def test_a_new_archive_removes_the_others_no_run_used_for_two_weeks(tmp_path):
     """Archives of other JDKs, PySparks or jar sets do not pile up in the jar cache: writing one removes
     those unused for two weeks (a run touches the archive it maps), and keeps the others."""
