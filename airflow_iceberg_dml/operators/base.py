@@ -246,7 +246,8 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         run = JobRun(context, IcebergCatalogHook(self.catalog_conn_id))
         with bad_input_fails_the_task():
             store = self._task_state_store(context)
-            self._reattach(store, context["ti"].try_number)  # what follows sees the table as it left it
+            try_number = getattr(context.get("ti"), "try_number", None)
+            self._reattach(store, try_number)  # what follows sees the table as that earlier job left it
             result = self._run(run, store, self.plan(run, run.catalog_hook.load_table(self.table)))
             self.report(run, result)
             return result
@@ -381,9 +382,8 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             self.log.warning("Could not clear the task state store's %r: %s", key, error)
 
     def _reattach(self, store: TaskStateStore | None, try_number: int | None = None) -> bool:
-        """Let each engine deal with the job an earlier try stored under its key (wait for it, or stop
-        it); True when there was one. A first try (``try_number`` 1) has no earlier one: the store, a
-        request to Airflow's API server per engine, is not read."""
+        """Let each engine deal with the job an earlier try stored under its key (wait for it, or stop it);
+        True when there was one. Try 1 has no earlier try: the store (a request per engine) is not read."""
         if store is None or try_number == 1:
             return False
         found = False
