@@ -334,7 +334,9 @@ def _no_close(self: Any) -> None:
     """Nothing: the session was stopped (and its client closed) by the job that opened it."""
 
 
-# -- apache-airflow-task-sdk (tested with 1.3) -----------------------------------------------------------
+# -- apache-airflow-task-sdk ---------------------------------------------------------------------------
+
+TASK_SDK = Dependency("apache-airflow-task-sdk", SpecifierSet(">=1.3,<1.4"))
 
 
 def assets_of_alias(alias_name: str) -> set[str] | None:
@@ -342,7 +344,7 @@ def assets_of_alias(alias_name: str) -> set[str] | None:
     events), asked of Airflow's API server from the running task; None when it cannot be asked.
 
     Why private: the task SDK resolves an alias for a task's inlets with its ``GetAssetsByAlias``
-    request to the supervisor (task SDK 1.3), and offers no public call for it. Outside a task, or where
+    request to the supervisor (``TASK_SDK``), and offers no public call for it. Outside a task, or where
     the request is missing or refused, the answer is None and the caller assumes nothing is linked.
     """
     try:

@@ -39,7 +39,7 @@ def _untested(monkeypatch, dependency: compat.Dependency, version: str) -> None:
 
 @pytest.mark.parametrize(
     "dependency",
-    [compat.SPARK_PROVIDER, compat.PYICEBERG, compat.PYSPARK_CLIENT],
+    [compat.SPARK_PROVIDER, compat.PYICEBERG, compat.PYSPARK_CLIENT, compat.TASK_SDK],
     ids=lambda d: d.distribution,
 )
 def test_the_installed_versions_are_the_tested_ones(dependency):
@@ -174,7 +174,7 @@ def test_a_connect_session_whose_batch_names_moved_gets_its_settings_one_request
 
 
 def test_the_task_sdks_alias_request_still_exists():
-    """``assets_of_alias`` asks through these (task SDK 1.3); outside a task it cannot ask, and says so."""
+    """``assets_of_alias`` asks through these; outside a task it cannot ask, and says so (None)."""
     from airflow.sdk.execution_time import comms
 
     assert comms.GetAssetsByAlias(alias_name="a").alias_name == "a"
