@@ -174,10 +174,11 @@ def server_command(properties_path: Path, jars: runtime.SparkJars) -> list[str]:
 
 def _spawn(command: list[str], log_path: Path, host: str) -> subprocess.Popen[bytes]:
     """Start the server process (or its supervisor), detached from this command, its output appended
-    to ``log_path``."""
+    to ``log_path``, its temporary files in the engine folder's ``tmp/``."""
     environment = job_environment(os.environ)
     environment.setdefault("SPARK_HOME", str(runtime.bundled_spark_home()))
     environment["PYSPARK_PYTHON"] = sys.executable
+    engine_supervisor.keep_tmp_in(environment, engine_supervisor.fresh_tmp(log_path.parent))
     if host in ("127.0.0.1", "localhost"):
         environment["SPARK_LOCAL_IP"] = "127.0.0.1"  # the web UI on loopback too, like the server
     with log_path.open("ab") as log_file:

@@ -14,11 +14,18 @@ restart simply finds the server again.
 ``server.json`` says which server runs now (pid, start time, how many restarts so far), for
 ``status`` and for whoever needs the server's own pid; ``supervisor.log`` says what happened.
 SIGTERM (``engine.stop``) stops the server, then the supervisor.
+
+The server's JVM keeps its temporary files in ``tmp/`` beside them (its ``java.io.tmpdir``: Spark's
+scratch folders unless ``spark.local.dir`` says otherwise, the SQLite driver's native library, the
+sessions' artifacts). A server that stops cleans them up; one killed outright cannot, and the folder
+is emptied before the next server starts, so that a server that dies and restarts for hours leaves
+nothing behind in the system's temporary folder.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +38,7 @@ from typing import Any
 COMMAND_FILE = "server.command.json"
 SERVER_FILE = "server.json"
 LOG_FILE = "supervisor.log"
+TMP_DIR = "tmp"
 #: How the log says that the warm-up of a (re)started server ended.
 WARMED, WARM_UP_FAILED = "warmed up server", "warm-up failed for server"
 #: Starts in a row that end before the server accepts connections (a bad setting, a port taken)
@@ -69,6 +77,21 @@ def last_words(folder: Path) -> str | None:
     return lines[-1] if lines else None
 
 
+def fresh_tmp(folder: Path) -> Path:
+    """The server's temporary folder, emptied of what a server before it left (none runs now)."""
+    tmp = folder / TMP_DIR
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def keep_tmp_in(environment: dict[str, str], tmp: Path) -> None:
+    """Point the server's JVM's temporary folder at ``tmp``, unless ``SPARK_SUBMIT_OPTS`` names one."""
+    options = environment.get("SPARK_SUBMIT_OPTS", "")
+    if "-Djava.io.tmpdir=" not in options:
+        environment["SPARK_SUBMIT_OPTS"] = f'{options} "-Djava.io.tmpdir={tmp}"'.strip()
+
+
 class Supervisor:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -89,6 +112,8 @@ class Supervisor:
             self.child.terminate()
 
     def spawn(self, restarts: int) -> subprocess.Popen[bytes]:
+        if restarts:  # the server before it is dead: what it left in its folder goes
+            fresh_tmp(self.folder)
         with self.server_log.open("ab") as log:
             child = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
