@@ -21,7 +21,9 @@ started), how busy the machine's cores were (every process's CPU time, and the w
 over the backfill's wall time), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs; the time between two commits, and a job's checks and count against its
-statement and commit), and how long each task's LocalExecutor slot stayed taken after the task's
+statement and commit; how long a group's last task took to end after the commit that applied its
+change), what the tasks asked of Airflow's API server (``api_requests``: its execution API's requests
+a task, by route, from its log), and how long each task's LocalExecutor slot stayed taken after the task's
 end (to its supervisor's "Workload finished"; ``airflow_iceberg_dml/task_exit.py`` says why that can be
 5 s), and how the backfill used the executor's slots (``slot_use``: the time before its first task, from
 its first task to its last, and after the last; a task's mean duration; the share of the slots' time that
@@ -51,7 +53,15 @@ from typing import Any
 
 from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
-from bench.task_phases import JOB_PARTS, PHASES, failure_lines, slot_hold_after_end, slot_use, task_phases
+from bench.task_phases import (
+    JOB_PARTS,
+    PHASES,
+    api_requests,
+    failure_lines,
+    slot_hold_after_end,
+    slot_use,
+    task_phases,
+)
 
 DAG_FILES = {
     "connect": REPO / "dags" / "iceberg_dml_backfill.py",
@@ -191,6 +201,7 @@ def _one(
         catalog.purge_table(table)
     failures = failure_lines(home / "airflow" / "logs", dag_id, instances)
     held = slot_hold_after_end(home / "airflow" / "scheduler.log", ends)
+    requests = api_requests(home / "airflow" / "api-server.log")
     for failure in failures:
         log(f"task failed: {failure}")
     if keep_logs is not None:
@@ -224,6 +235,8 @@ def _one(
         "slot_held_after_end_max_s": max(held, default=None),
         "slots_held_over_1s": sum(1 for seconds in held if seconds > 1.0),
         "failure_lines": failures,
+        "api_requests": dict(requests.most_common()),
+        "api_requests_per_task": sum(requests.values()) / len(tries) if tries else None,
         **cpu_use,
     }
 
@@ -318,6 +331,7 @@ def main(argv: list[str]) -> None:
     print(cpu_table(rows))
     print(slots_table(rows))
     print(slot_use_table(rows))
+    print(requests_table(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
@@ -392,15 +406,38 @@ def chain_table(rows: list[dict[str, Any]]) -> str:
     the time between two of them, and a job's two parts (medians)."""
     measured = [row for row in rows if (row.get("task_phases") or {}).get("commit_interval_median_s")]
     return markdown_table(
-        ["max active runs", "commits", "between two commits", "checks and count", "statement and commit"],
+        ["max active runs", "commits", "between two commits", "checks and count", "statement and commit",
+         "a group's last task after its commit"],
         [
             [
                 str(row["max_active_runs"]),
                 str(row["task_phases"]["commits_logged"]),
                 f"{row['task_phases']['commit_interval_median_s']:.2f} s",
                 *(f"{row['task_phases']['job_parts_median_s'][name]:.2f} s" for name in JOB_PARTS),
+                f"{lag:.2f} s" if (lag := row["task_phases"].get("group_last_end_after_commit_median_s"))
+                is not None else "",
             ]
             for row in measured
+        ],
+    )  # fmt: skip
+
+
+def requests_table(rows: list[dict[str, Any]]) -> str:
+    """What the tasks asked of Airflow's API server (bench/task_phases.py ``api_requests``): requests a
+    task, and the routes, each with its requests a task."""
+    return markdown_table(
+        ["engine", "max active runs", "requests a task", "by route (a task)"],
+        [
+            [
+                LABELS[row["engine"]],
+                str(row["max_active_runs"]),
+                f"{row['api_requests_per_task']:.1f}",
+                ", ".join(
+                    f"{route} {count / row['changes']:.2f}" for route, count in row["api_requests"].items()
+                ),
+            ]
+            for row in rows
+            if row.get("api_requests_per_task") is not None
         ],
     )
 

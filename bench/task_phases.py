@@ -14,12 +14,18 @@ task instance's start and end that gives:
 - ``job``: the job on the engine, commit included, to its last line;
 - ``after``: reading the table back, the health, the result, and the task's end.
 
-A task whose change another task's commit applied (group commit) runs no job; it is counted apart.
+A task whose change another task's commit applied (group commit) runs no job; it is counted apart,
+and its log names that commit (``Group commit: snapshot N applied this change``): from the commit's
+line in its job's log to the last such task's end is how long a group's tasks took to report after
+their commit (``group_last_end_after_commit``).
 
 A job's time splits at its plan line (``Plan: ...``) into ``checks`` (the table read, the checks of
 ``where`` and ``set``, and the count of each grouped change's rows or, alone, whether any row matches)
 and ``statement`` (the DELETE, UPDATE or MERGE, its commit, and finding it). With one writer per table the
 jobs run one after another: the time between two commits (``commit_interval``) sets the backfill's pace.
+
+``api_requests`` counts, from the API server's log, the requests tasks made to Airflow's execution API,
+by route (ids left out): what each task asks of Airflow, Airflow's own requests and the package's.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import itertools
 import json
 import re
 import statistics
+from collections import Counter
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +46,8 @@ PHASES = ("startup", "plan", "turn", "session", "job", "after")
 JOB_PARTS = ("checks", "statement")
 _HOOK_LOGGER = "IcebergSparkConnectHook"
 _WAITED = re.compile(r"Waited ([0-9.]+) s for the turn")
+_COMMITTED = re.compile(r"Committed snapshot (\d+)")
+_APPLIED_BY = re.compile(r"Group commit: snapshot (\d+) applied this change")
 
 
 def log_path(logs: Path, dag_id: str, run_id: str, task_id: str, try_number: int) -> Path:
@@ -110,6 +119,8 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
     measured: list[dict[str, float]] = []
     claimed = []
     commits: list[dt.datetime] = []
+    committed_at: dict[str, dt.datetime] = {}
+    group_ends: dict[str, dt.datetime] = {}
     for run_id, task_id, try_number, start, end, *_ in instances:
         if not (start and end):
             continue
@@ -118,6 +129,11 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
             continue
         lines = log_lines(path)
         commits.extend(commit_times(lines))
+        for when, event, _ in lines:
+            if found := _COMMITTED.match(event):
+                committed_at[found.group(1)] = when
+            elif found := _APPLIED_BY.match(event):
+                group_ends[found.group(1)] = max(end, group_ends.get(found.group(1), end))
         one = phases_of(lines, start, end)
         if one is None:
             claimed.append((end - start).total_seconds())
@@ -130,6 +146,8 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
     }
     commits.sort()
     intervals = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(commits)]
+    lags = [(last - committed_at[snapshot]).total_seconds() for snapshot, last in group_ends.items()
+            if snapshot in committed_at]  # fmt: skip
     return {
         "tasks_with_job": len(measured),
         "tasks_applied_by_another": len(claimed),
@@ -138,7 +156,31 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         "applied_by_another_median_s": statistics.median(claimed) if claimed else 0.0,
         "commits_logged": len(commits),
         "commit_interval_median_s": statistics.median(intervals) if intervals else None,
+        "groups_reported": len(lags),
+        "group_last_end_after_commit_median_s": statistics.median(lags) if lags else None,
     }
+
+
+_EXECUTION_REQUEST = re.compile(r"request finished.* method=([A-Z]+) path=/execution/(\S*)")
+
+
+def api_requests(api_server_log: Path) -> Counter[str]:
+    """The requests to Airflow's execution API in an API server's log, by method and route: a task
+    instance's id becomes ``{id}``; the routes that name a DAG, a run, a connection or a key keep only
+    their first part (``xcoms``, ``connections``, ``store``)."""
+    counted: Counter[str] = Counter()
+    for line in api_server_log.read_text(errors="replace").splitlines():
+        found = _EXECUTION_REQUEST.search(line)
+        if found is None:
+            continue
+        method, path = found.groups()
+        parts = path.split("/")
+        if parts[0] == "task-instances" and len(parts) >= 3:
+            route = f"task-instances/{{id}}/{'/'.join(parts[2:])}"
+        else:
+            route = "/".join(parts[:2]) if parts[0] == "assets" else parts[0]
+        counted[f"{method} {route}"] += 1
+    return counted
 
 
 def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> list[str]:

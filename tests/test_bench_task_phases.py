@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bench.task_phases import log_lines, log_path, phases_of, task_phases
+from bench.task_phases import api_requests, log_lines, log_path, phases_of, task_phases
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -79,3 +79,62 @@ def test_a_job_that_found_nothing_to_change_has_no_parts_and_no_commit(tmp_path:
     assert phases["commits_logged"] == 0
     assert phases["commit_interval_median_s"] is None
     assert phases["job_parts_median_s"] == {"checks": 0.0, "statement": 0.0}
+
+
+def test_a_groups_tasks_are_timed_from_the_commit_that_applied_them(tmp_path: Path) -> None:
+    applied = "Group commit: snapshot {} applied this change (3 row(s)) with 2 other change(s)."
+    instances = [
+        ("run0", "a", 1, at(0), at(3.0), "success"),  # commits snapshot 2 at 2.9
+        ("run1", "a", 1, at(0), at(3.3), "success"),
+        ("run2", "a", 1, at(0), at(3.6), "success"),
+        ("run3", "a", 1, at(0), at(5.0), "success"),  # commits snapshot 3 at 4.4
+        ("run4", "a", 1, at(0), at(4.6), "success"),
+        ("run5", "a", 1, at(0), at(9.0), "success"),  # names a commit no log shows: left out
+    ]
+    write_log(log_path(tmp_path, "d", "run0", "a", 1), leader(2.9))
+    for run, snapshot in (("run1", 2), ("run2", 2), ("run4", 3), ("run5", 7)):
+        write_log(
+            log_path(tmp_path, "d", run, "a", 1), [*leader(0)[:3], (0.6, applied.format(snapshot), OPERATOR)]
+        )
+    write_log(
+        log_path(tmp_path, "d", "run3", "a", 1), [*leader(4.4)[:-1], (4.4, "Committed snapshot 3 on t", HOOK)]
+    )
+    phases = task_phases(tmp_path, "d", instances)
+    assert phases["tasks_applied_by_another"] == 4
+    assert phases["groups_reported"] == 2
+    assert phases["group_last_end_after_commit_median_s"] == pytest.approx((0.7 + 0.2) / 2)
+
+
+def test_api_requests_are_counted_by_route_without_ids(tmp_path: Path) -> None:
+    def line(method: str, path: str) -> str:
+        return (
+            "2026-12-04T21:16:02.940807Z [info     ] request finished               [http.access] "
+            f"client_addr=127.0.0.1:52374 duration_us=1746 loc=http_access_log.py:130 method={method} "
+            f"path={path} query= status_code=200"
+        )
+
+    ti = "01a242e9-f52d-716b-b535-a977022a8477"
+    log = tmp_path / "api-server.log"
+    log.write_text(
+        "\n".join(
+            [
+                line("PATCH", f"/execution/task-instances/{ti}/run"),
+                line("PUT", f"/execution/task-instances/{ti}/heartbeat"),
+                line("POST", "/execution/xcoms/d/backfill__1995-03-01T00:00:00+00:00/t/return_value"),
+                line("GET", "/execution/assets/by-alias"),
+                line("PUT", f"/execution/store/ti/{ti}/iceberg_dml_spark_connect"),
+                line("GET", "/execution/connections/iceberg_default"),
+                line("PATCH", "/execution/task-instances/01a242e9-0000-716b-b535-a977022a8477/run"),
+                line("GET", "/api/v2/dags"),  # the UI's API, not a task's
+                "a line that is not a request",
+            ]
+        )
+    )
+    assert api_requests(log) == {
+        "PATCH task-instances/{id}/run": 2,
+        "PUT task-instances/{id}/heartbeat": 1,
+        "POST xcoms": 1,
+        "GET assets/by-alias": 1,
+        "PUT store": 1,
+        "GET connections": 1,
+    }
