@@ -52,6 +52,10 @@ _REST_KEYS = {
 _PREFIX_KEYS = ("header.",)
 #: Keys that only pyiceberg reads; never forwarded to Spark, never reported as ignored.
 _PYICEBERG_ONLY = {"type", "uri", "py-io-impl", "init_catalog_tables", "echo", "pool_pre_ping"}
+#: A SQL catalog's table layout, in pyiceberg's words (``v0``/``v1``); Iceberg's JDBC catalog says
+#: ``jdbc.schema-version`` (``V0``/``V1``). Both create their tables in the layout named, and move
+#: a ``v0`` catalog to ``v1`` when told ``v1``.
+_SQL_SCHEMA_VERSION = "schema_version"
 #: Connection extra naming the catalog on both sides; read here, never passed on as a property.
 CATALOG_NAME_KEY = "catalog-name"
 
@@ -70,11 +74,14 @@ _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def embedded_properties(home: Path) -> dict[str, str]:
-    """The embedded default: a SQLite SQL catalog and a local warehouse under ``home``."""
+    """The embedded default: a SQLite SQL catalog and a local warehouse under ``home``, in the SQL
+    catalogs' ``v1`` layout on both sides, whichever creates it first (Spark's own default is ``v0``,
+    which pyiceberg warns about each time it opens the catalog)."""
     return {
         "type": "sql",
         "uri": f"sqlite:///{home / 'catalog.db'}",
         "warehouse": (home / "warehouse").as_uri(),
+        _SQL_SCHEMA_VERSION: "v1",
     }
 
 
@@ -152,7 +159,7 @@ class CatalogConfig:
             # Both clients fall back to the catalog's own token endpoint with a deprecation warning
             # (a fallback Iceberg will remove): name it, unless the connection names another one.
             as_text.setdefault("oauth2-server-uri", f"{as_text['uri'].rstrip('/')}/v1/oauth/tokens")
-        known = set(_SHARED_KEYS) | set(_REST_KEYS) | _PYICEBERG_ONLY
+        known = set(_SHARED_KEYS) | set(_REST_KEYS) | _PYICEBERG_ONLY | {_SQL_SCHEMA_VERSION}
         ignored = tuple(
             sorted(key for key in as_text if key not in known and not key.startswith(_PREFIX_KEYS))
         )
@@ -186,6 +193,8 @@ class CatalogConfig:
         if self.catalog_type == CatalogType.SQL:
             catalog["type"] = "jdbc"
             catalog.update(_sqlalchemy_to_jdbc(self.properties["uri"]))
+            if _SQL_SCHEMA_VERSION in self.properties:
+                catalog["jdbc.schema-version"] = self.properties[_SQL_SCHEMA_VERSION].upper()
         else:
             catalog["type"] = CatalogType.REST.value
             catalog.update(

@@ -7,8 +7,10 @@ lookup, a SparkSession reading through the same catalog name, and tasks run by `
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,48 @@ def test_catalog_name_extra_opens_a_catalog_of_another_name(tmp_path, monkeypatc
     for key, value in properties.items():
         spark.conf.set(key, value)
     assert spark.sql("SELECT count(*) FROM local_lake.sales.orders").collect()[0][0] == 3
+
+
+def _layout(catalog_db: Path) -> list[str]:
+    import sqlite3
+
+    with closing(sqlite3.connect(catalog_db)) as database:
+        return [row[1] for row in database.execute("PRAGMA table_info(iceberg_tables)")]
+
+
+def test_an_embedded_catalog_spark_creates_opens_in_pyiceberg_without_a_warning(tmp_path, spark, caplog):
+    """Spark's JDBC catalog creates its tables in the v0 layout unless told otherwise, and pyiceberg then
+    warns each time it opens the catalog (every task). The embedded catalog is v1 on both sides; one an
+    earlier version left at v0 is moved to v1 when pyiceberg opens it, its tables still readable."""
+    from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
+
+    config = CatalogConfig.from_properties("spark_made", embedded_properties(tmp_path / "new"))
+    (tmp_path / "new").mkdir()
+    legacy = CatalogConfig.from_properties("spark_made_v0", embedded_properties(tmp_path / "old"))
+    (tmp_path / "old").mkdir()
+    for key, value in {**config.spark_properties(), **legacy.spark_properties()}.items():
+        spark.conf.set(key, value)
+    spark.conf.set("spark.sql.catalog.spark_made_v0.jdbc.schema-version", "V0")  # as before this layout
+    for name in ("spark_made", "spark_made_v0"):
+        spark.sql(f"CREATE NAMESPACE {name}.sales")
+        spark.sql(f"CREATE TABLE {name}.sales.orders (id BIGINT) USING iceberg")
+        spark.sql(f"INSERT INTO {name}.sales.orders VALUES (1), (2), (3)")
+    assert "iceberg_type" in _layout(tmp_path / "new" / "catalog.db")
+    assert "iceberg_type" not in _layout(tmp_path / "old" / "catalog.db")
+
+    with caplog.at_level(logging.WARNING, logger="pyiceberg"):
+        for made in (config, legacy):
+            table = made.pyiceberg_catalog().load_table("sales.orders")
+            assert table.scan().to_arrow().num_rows == 3
+            made.pyiceberg_catalog().create_table("sales.more", schema=table.schema())
+    assert not [record.getMessage() for record in caplog.records if "schema" in record.getMessage()]
+    assert "iceberg_type" in _layout(tmp_path / "old" / "catalog.db")
+    # Spark still finds both tables of the catalog it created at v0, the one it wrote and pyiceberg's.
+    assert spark.sql("SELECT count(*) FROM spark_made_v0.sales.orders").collect()[0][0] == 3
+    assert {row.tableName for row in spark.sql("SHOW TABLES IN spark_made_v0.sales").collect()} == {
+        "orders",
+        "more",
+    }
 
 
 def test_second_connection_to_the_embedded_catalog(catalog_hook, monkeypatch):

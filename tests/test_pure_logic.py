@@ -117,12 +117,24 @@ def test_embedded_catalog_is_shared_by_name_and_file(tmp_path):
         "type": "sql",
         "uri": f"sqlite:///{tmp_path}/catalog.db",
         "warehouse": tmp_path.joinpath("warehouse").as_uri(),
+        "schema_version": "v1",
     }
     spark = config.spark_properties()
     assert spark["spark.sql.catalog.iceberg_default"] == "org.apache.iceberg.spark.SparkCatalog"
     assert spark["spark.sql.catalog.iceberg_default.type"] == "jdbc"
     assert spark["spark.sql.catalog.iceberg_default.uri"] == f"jdbc:sqlite:{tmp_path}/catalog.db"
+    assert spark["spark.sql.catalog.iceberg_default.jdbc.schema-version"] == "V1"
     assert spark["spark.sql.catalog.iceberg_default.io.manifest.cache-enabled"] == "true"
+
+
+def test_a_sql_catalogs_layout_is_its_own_unless_the_connection_names_one(tmp_path):
+    uri = f"sqlite:///{tmp_path}/other.db"
+    unnamed = CatalogConfig.from_properties("lake", {"type": "sql", "uri": uri})
+    assert not [key for key in unnamed.spark_properties() if "schema-version" in key]
+    named = CatalogConfig.from_properties("lake", {"type": "sql", "uri": uri, "schema_version": "v0"})
+    assert named.ignored_keys == ()
+    assert named.spark_properties()["spark.sql.catalog.lake.jdbc.schema-version"] == "V0"
+    assert named.pyiceberg_properties()["schema_version"] == "v0"
 
 
 def test_rest_catalog_with_credential_and_s3_maps_through_the_allow_list():
