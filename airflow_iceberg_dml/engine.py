@@ -178,7 +178,7 @@ def _spawn(command: list[str], log_path: Path, host: str) -> subprocess.Popen[by
     environment = job_environment(os.environ)
     environment.setdefault("SPARK_HOME", str(runtime.bundled_spark_home()))
     environment["PYSPARK_PYTHON"] = sys.executable
-    engine_supervisor.keep_tmp_in(environment, engine_supervisor.fresh_tmp(log_path.parent))
+    runtime.keep_jvm_tmp_in(environment, engine_supervisor.fresh_tmp(log_path.parent))
     if host in ("127.0.0.1", "localhost"):
         environment["SPARK_LOCAL_IP"] = "127.0.0.1"  # the web UI on loopback too, like the server
     with log_path.open("ab") as log_file:

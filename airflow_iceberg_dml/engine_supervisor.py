@@ -85,13 +85,6 @@ def fresh_tmp(folder: Path) -> Path:
     return tmp
 
 
-def keep_tmp_in(environment: dict[str, str], tmp: Path) -> None:
-    """Point the server's JVM's temporary folder at ``tmp``, unless ``SPARK_SUBMIT_OPTS`` names one."""
-    options = environment.get("SPARK_SUBMIT_OPTS", "")
-    if "-Djava.io.tmpdir=" not in options:
-        environment["SPARK_SUBMIT_OPTS"] = f'{options} "-Djava.io.tmpdir={tmp}"'.strip()
-
-
 class Supervisor:
     def __init__(self, folder: Path) -> None:
         self.folder = folder

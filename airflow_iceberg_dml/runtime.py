@@ -119,6 +119,18 @@ def temp_dir() -> Path:
     return folder
 
 
+def keep_jvm_tmp_in(environment: dict[str, str], tmp: Path) -> None:
+    """Point the ``java.io.tmpdir`` of the JVM that spark-submit starts here at ``tmp`` (made if need be),
+    unless ``SPARK_SUBMIT_OPTS`` already names one. The JVM keeps there what it would leave in the
+    system's temporary folder if it were killed: Spark's scratch folders (unless ``spark.local.dir`` or
+    ``SPARK_LOCAL_DIRS`` name others), the native libraries its drivers extract (SQLite's is 1 MB), the
+    sessions' artifacts; whoever owns ``tmp`` removes them with it."""
+    options = environment.get("SPARK_SUBMIT_OPTS", "")
+    if "-Djava.io.tmpdir=" not in options:
+        tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
+        environment["SPARK_SUBMIT_OPTS"] = f'{options} "-Djava.io.tmpdir={tmp}"'.strip()
+
+
 class JarSource(StrEnum):
     """Where the Spark jobs get the Iceberg runtime and the JDBC drivers."""
 

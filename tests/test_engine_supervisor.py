@@ -22,7 +22,6 @@ import threading
 import time
 from collections import Counter
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,16 +33,17 @@ from airflow_iceberg_dml.engine_supervisor import (
     TMP_DIR,
     WARM_UP_FAILED,
     WARMED,
-    keep_tmp_in,
     read_server,
 )
 from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
+from airflow_iceberg_dml.runtime import keep_jvm_tmp_in
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey, SummaryKey
 from tests.conftest import NAMESPACE, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 CONN_ID = "spark_connect_supervised"
 KILLS = 10
@@ -274,10 +274,12 @@ def test_ten_kills_at_random_points_every_change_applied_once(catalog_hook: Any,
     print(f"seed {seed}; failed tries: {failures}")
 
 
-def test_the_servers_temporary_folder_gives_way_to_the_users_own() -> None:
+def test_the_servers_temporary_folder_gives_way_to_the_users_own(tmp_path: Path) -> None:
     environment = {"SPARK_SUBMIT_OPTS": "-Xss4m"}
-    keep_tmp_in(environment, Path("/srv/engine tmp"))
-    assert environment["SPARK_SUBMIT_OPTS"] == '-Xss4m "-Djava.io.tmpdir=/srv/engine tmp"'
+    keep_jvm_tmp_in(environment, tmp_path / "engine tmp")
+    assert environment["SPARK_SUBMIT_OPTS"] == f'-Xss4m "-Djava.io.tmpdir={tmp_path}/engine tmp"'
+    assert (tmp_path / "engine tmp").is_dir()
     own = {"SPARK_SUBMIT_OPTS": "-Djava.io.tmpdir=/scratch"}
-    keep_tmp_in(own, Path("/srv/engine"))
+    keep_jvm_tmp_in(own, tmp_path / "unused")
     assert own == {"SPARK_SUBMIT_OPTS": "-Djava.io.tmpdir=/scratch"}
+    assert not (tmp_path / "unused").exists()

@@ -12,7 +12,9 @@ from typing import Any, cast
 import pyarrow.compute as pc
 import pytest
 
+from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.exceptions import IcebergDmlError
+from airflow_iceberg_dml.hooks.local_process import JOB_FOLDER_PREFIX
 from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey
@@ -45,8 +47,15 @@ def _new_data_files(data_folder: Path, since: float) -> list[Path]:
     return [path for path in data_folder.rglob("*.parquet") if path.stat().st_mtime > since]
 
 
-def _submit_and_kill(catalog_hook, spec: DmlSpec, kill_after: float, data_folder: Path | None = None) -> None:
-    """Submit, then SIGKILL after ``kill_after`` s or when a new file appears in ``data_folder``."""
+def _job_folders() -> list[Path]:
+    return list(runtime.temp_dir().glob(f"{JOB_FOLDER_PREFIX}*"))
+
+
+def _submit_and_kill(
+    catalog_hook, spec: DmlSpec, kill_after: float, data_folder: Path | None = None
+) -> list[str]:
+    """Submit, then SIGKILL after ``kill_after`` s or when a new file appears in ``data_folder``; the
+    names of the files the killed JVM had in its temporary folder (in the job's folder)."""
     hook = IcebergSparkSubmitHook()
 
     def submit() -> None:
@@ -60,9 +69,12 @@ def _submit_and_kill(catalog_hook, spec: DmlSpec, kill_after: float, data_folder
         if data_folder is not None and _new_data_files(data_folder, started):
             break
         time.sleep(0.02)
+    jvm_files = [path.name for folder in _job_folders() for path in (folder / "tmp").glob("*")]
     hook.on_kill()  # the operator's on_kill: SIGKILL to spark-submit
     attempt.join(timeout=120)
     assert not attempt.is_alive()
+    assert not _job_folders(), "the killed job's folder, and its JVM's temporary files, must go"
+    return jvm_files
 
 
 @pytest.mark.spark_submit
@@ -72,6 +84,7 @@ def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark,
     data_folder = Path(load(catalog_hook, name).location().removeprefix("file:")) / "data"
     rng = random.Random(20261121)
     kill_times: list[float | str] = []
+    jvm_files: list[str] = []
     for change, kills in enumerate(KILLS_PER_CHANGE, start=1):
         run_key = RunKey("faults", "increment", f"change-{change}", -1)
         for try_number in range(1, kills + 1):
@@ -79,7 +92,7 @@ def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark,
             at_first_file = try_number == kills
             kill_after = 60.0 if at_first_file else rng.uniform(0.5, 14.0)
             kill_times.append("first file" if at_first_file else round(kill_after, 1))
-            _submit_and_kill(
+            jvm_files += _submit_and_kill(
                 catalog_hook,
                 _spec(name, run_key, try_number),
                 kill_after,
@@ -105,6 +118,9 @@ def test_killed_spark_submit_leaves_old_or_new_and_the_retry_applies_once(spark,
     assert all("/data/" in location or "/metadata/" in location for location in removed)
     assert _increments(catalog_hook, name) == {len(KILLS_PER_CHANGE)}
     assert load(catalog_hook, name).scan().to_arrow().num_rows == 600
+    # The JVMs killed while they wrote had extracted the SQLite driver's native library (1 MB each) to
+    # their temporary folder, the job's, which went with the job, not to the system's.
+    assert len([file for file in jvm_files if file.startswith("sqlite-")]) >= len(KILLS_PER_CHANGE), jvm_files
     print(f"kill times (s): {kill_times}; orphan files removed: {len(removed)}")
 
 

@@ -179,7 +179,7 @@ class IcebergSparkSubmitHook(BaseHook):
                 properties_file=str(properties_path),
                 application_args=[spec_path.name if remote_driver else str(spec_path)],
             )
-            return self._run(submit_hook, spec.application, result_path)
+            return self._run(submit_hook, spec.application, result_path, folder / "tmp")
 
     def _properties(self, catalog: CatalogConfig, master: str | None, remote_driver: bool) -> dict[str, str]:
         local = master is None or master.startswith("local")
@@ -193,13 +193,20 @@ class IcebergSparkSubmitHook(BaseHook):
         )
 
     def _run(
-        self, submit_hook: _RoutedSparkSubmitHook, application_name: str, result_path: Path | None
+        self,
+        submit_hook: _RoutedSparkSubmitHook,
+        application_name: str,
+        result_path: Path | None,
+        jvm_tmp: Path,
     ) -> JobRecord | None:
-        """spark-submit the packaged job, then read the record it left (a failure it reported wins)."""
+        """spark-submit the packaged job, then read the record it left (a failure it reported wins).
+        Its JVM's temporary files go in ``jvm_tmp``, in the job's folder, and with it, killed or not."""
         submit_error: AirflowException | None = None
+        environment = job_environment(os.environ)
+        runtime.keep_jvm_tmp_in(environment, jvm_tmp)
         try:
             application = resources.files("airflow_iceberg_dml.jobs") / application_name
-            submit_hook.submit(str(application), env=job_environment(os.environ))
+            submit_hook.submit(str(application), env=environment)
         except AirflowException as error:
             submit_error = error
         record = self._read_record(result_path)
