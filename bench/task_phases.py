@@ -104,13 +104,14 @@ def phases_of(
     return phases
 
 
-def commit_times(lines: list[tuple[dt.datetime, str, str]]) -> list[dt.datetime]:
-    """When the job of a task's log (its :func:`log_lines`) committed: its "Committed snapshot" lines."""
-    return [
-        when
+def commits_of(lines: list[tuple[dt.datetime, str, str]]) -> dict[str, dt.datetime]:
+    """The snapshots the job of a task's log (its :func:`log_lines`) committed, and when: its
+    "Committed snapshot N" lines."""
+    return {
+        found.group(1): when
         for when, event, logger in lines
-        if logger.endswith(_HOOK_LOGGER) and event.startswith("Committed snapshot")
-    ]
+        if logger.endswith(_HOOK_LOGGER) and (found := _COMMITTED.match(event))
+    }
 
 
 def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -118,7 +119,6 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
     try_number, start, end, ...) of the task instances."""
     measured: list[dict[str, float]] = []
     claimed = []
-    commits: list[dt.datetime] = []
     committed_at: dict[str, dt.datetime] = {}
     group_ends: dict[str, dt.datetime] = {}
     for run_id, task_id, try_number, start, end, *_ in instances:
@@ -128,11 +128,9 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         if not path.exists():
             continue
         lines = log_lines(path)
-        commits.extend(commit_times(lines))
-        for when, event, _ in lines:
-            if found := _COMMITTED.match(event):
-                committed_at[found.group(1)] = when
-            elif found := _APPLIED_BY.match(event):
+        committed_at.update(commits_of(lines))
+        for _, event, _ in lines:
+            if found := _APPLIED_BY.match(event):
                 group_ends[found.group(1)] = max(end, group_ends.get(found.group(1), end))
         one = phases_of(lines, start, end)
         if one is None:
@@ -144,7 +142,7 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         name: statistics.median(values) if (values := [m[name] for m in measured if name in m]) else 0.0
         for name in JOB_PARTS
     }
-    commits.sort()
+    commits = sorted(committed_at.values())
     intervals = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(commits)]
     lags = [(last - committed_at[snapshot]).total_seconds() for snapshot, last in group_ends.items()
             if snapshot in committed_at]  # fmt: skip

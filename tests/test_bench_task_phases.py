@@ -28,8 +28,8 @@ def write_log(path: Path, lines: list[tuple[float, str, str]]) -> None:
     path.write_text("\n".join(json.dumps(entry) for entry in entries) + "\nnot json\n")
 
 
-def leader(commit_at: float) -> list[tuple[float, str, str]]:
-    """A task that waited 1 s for its turn, counted its group and committed at ``commit_at``."""
+def leader(commit_at: float, snapshot: int = 2) -> list[tuple[float, str, str]]:
+    """A task that waited 1 s for its turn, counted its group and committed ``snapshot`` at ``commit_at``."""
     return [
         (0.2, "Worker startup parse complete", "airflow.dag_processing"),
         (0.5, "UPDATE on t (ref main, head snapshot 1), write mode merge-on-read", OPERATOR),
@@ -37,7 +37,7 @@ def leader(commit_at: float) -> list[tuple[float, str, str]]:
         (1.6, "Spark Connect: job x in session s on 127.0.0.1:1", HOOK),
         (2.1, "Group commit: this change matches 3 row(s); 2 waiting change(s) match 5 more", HOOK),
         (2.2, "Plan: row-level merge-on-read: UPDATE t SET ...", HOOK),
-        (commit_at, "Committed snapshot 2 on t (ref main)", HOOK),
+        (commit_at, f"Committed snapshot {snapshot} on t (ref main)", HOOK),
     ]
 
 
@@ -48,7 +48,7 @@ def test_a_job_splits_at_its_plan_line_and_commits_are_timed_one_after_another(t
         ("run2", "a", 1, at(0), at(5.0), "success"),  # applied by another: no job of its own
     ]
     write_log(log_path(tmp_path, "d", "run0", "a", 1), leader(2.9))
-    write_log(log_path(tmp_path, "d", "run1", "a", 1), leader(4.4))
+    write_log(log_path(tmp_path, "d", "run1", "a", 1), leader(4.4, snapshot=3))
     write_log(log_path(tmp_path, "d", "run2", "a", 1), leader(0)[:3])
 
     one = phases_of(log_lines(log_path(tmp_path, "d", "run0", "a", 1)), at(0), at(3.0))
@@ -96,9 +96,7 @@ def test_a_groups_tasks_are_timed_from_the_commit_that_applied_them(tmp_path: Pa
         write_log(
             log_path(tmp_path, "d", run, "a", 1), [*leader(0)[:3], (0.6, applied.format(snapshot), OPERATOR)]
         )
-    write_log(
-        log_path(tmp_path, "d", "run3", "a", 1), [*leader(4.4)[:-1], (4.4, "Committed snapshot 3 on t", HOOK)]
-    )
+    write_log(log_path(tmp_path, "d", "run3", "a", 1), leader(4.4, snapshot=3))
     phases = task_phases(tmp_path, "d", instances)
     assert phases["tasks_applied_by_another"] == 4
     assert phases["groups_reported"] == 2
