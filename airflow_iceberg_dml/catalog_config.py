@@ -53,8 +53,8 @@ _PREFIX_KEYS = ("header.",)
 #: Keys that only pyiceberg reads; never forwarded to Spark, never reported as ignored.
 _PYICEBERG_ONLY = {"type", "uri", "py-io-impl", "init_catalog_tables", "echo", "pool_pre_ping"}
 #: A SQL catalog's table layout, in pyiceberg's words (``v0``/``v1``); Iceberg's JDBC catalog says
-#: ``jdbc.schema-version`` (``V0``/``V1``). Both create their tables in the layout named, and move
-#: a ``v0`` catalog to ``v1`` when told ``v1``.
+#: ``jdbc.schema-version`` (``V0``/``V1``). Both create their tables in the layout named; told ``v1``,
+#: pyiceberg moves a ``v0`` catalog to ``v1``.
 _SQL_SCHEMA_VERSION = "schema_version"
 #: Connection extra naming the catalog on both sides; read here, never passed on as a property.
 CATALOG_NAME_KEY = "catalog-name"
