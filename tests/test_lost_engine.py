@@ -19,7 +19,8 @@ from airflow_iceberg_dml.conflicts import ENGINE_RESTARTED, FailureKind, classif
 from airflow_iceberg_dml.exceptions import SparkConnectUnavailableError
 from airflow_iceberg_dml.hooks.connect_session import DEFAULT_UNREACHABLE_TIMEOUT_S, retry_schedule
 from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
-from airflow_iceberg_dml.jobs.runner import run_job
+from airflow_iceberg_dml.jobs import runner
+from airflow_iceberg_dml.jobs.runner import log_to, run_job
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
 from tests.conftest import create_orders_table, free_port, load, new_table_name, task_context
@@ -149,7 +150,7 @@ def own_server(catalog_hook, tmp_path, monkeypatch):
 @pytest.mark.spark_submit
 @pytest.mark.slow
 def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_once(
-    spark, catalog_hook, own_server
+    spark, catalog_hook, own_server, monkeypatch
 ):
     name = create_orders_table(spark, new_table_name("lost_engine"), rows=200_000)
     before = load(catalog_hook, name).scan().to_arrow()
@@ -158,23 +159,32 @@ def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_
         table=name,
         where="order_id % 10 = 3",
         # Slow on purpose (a long string hashed per row), so that the server dies while it writes.
-        set={"amount": "amount + 1 + 0 * length(cast(xxhash64(repeat(comment, 20000)) AS STRING))"},
+        set={"amount": "amount + 1 + 0 * length(cast(xxhash64(repeat(comment, 60000)) AS STRING))"},
         spark_conn_id=CONN_ID,
     )
     key = RunKey("lost", "fix", "manual__1", -1)
     spec = operator.build_spec(task_context(key), load(catalog_hook, name))
     killed: dict[str, float] = {}
 
-    def kill_once_started(_: Any) -> None:
-        def kill() -> None:
-            time.sleep(4)  # into the job: validation done, planning or writing
-            killed["at"] = time.monotonic()
-            os.kill(own_server.state.pid, signal.SIGKILL)
+    def kill() -> None:
+        time.sleep(0.5)
+        killed["at"] = time.monotonic()
+        os.kill(own_server.state.pid, signal.SIGKILL)
 
-        threading.Thread(target=kill, daemon=True).start()
+    def kill_once_it_writes(line: str) -> None:
+        # The job's plan line comes right before its statement runs: the server dies while it writes,
+        # however fast the machine (a fixed delay from the session's start let a fast one commit first).
+        if line.startswith("Plan: row-level") and not killed:
+            killed["planned"] = time.monotonic()
+            threading.Thread(target=kill, daemon=True).start()
 
-    with pytest.raises(SparkConnectUnavailableError) as raised:
-        IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "lost", kill_once_started)
+    def watched_log_to(sink: Any) -> Any:
+        return log_to(lambda line: (sink(line), kill_once_it_writes(line)))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(runner, "log_to", watched_log_to)
+        with pytest.raises(SparkConnectUnavailableError) as raised:
+            IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "lost")
     lost_after = time.monotonic() - killed["at"]
     message = str(raised.value)
     assert f"127.0.0.1:{own_server.state.port}" in message
