@@ -19,11 +19,11 @@ from airflow_iceberg_dml.conflicts import ENGINE_RESTARTED, FailureKind, classif
 from airflow_iceberg_dml.exceptions import SparkConnectUnavailableError
 from airflow_iceberg_dml.hooks.connect_session import DEFAULT_UNREACHABLE_TIMEOUT_S, retry_schedule
 from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
-from airflow_iceberg_dml.jobs import runner
-from airflow_iceberg_dml.jobs.runner import log_to, run_job
+from airflow_iceberg_dml.jobs.runner import run_job
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
 from tests.conftest import create_orders_table, free_port, load, new_table_name, task_context
+from tests.connect_lines import WatchedConnectHook
 
 CONN_ID = "spark_connect_lost"
 #: Short, so that the test is: the default (30 s) is checked on the schedule below.
@@ -150,7 +150,7 @@ def own_server(catalog_hook, tmp_path, monkeypatch):
 @pytest.mark.spark_submit
 @pytest.mark.slow
 def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_once(
-    spark, catalog_hook, own_server, monkeypatch
+    spark, catalog_hook, own_server
 ):
     name = create_orders_table(spark, new_table_name("lost_engine"), rows=200_000)
     before = load(catalog_hook, name).scan().to_arrow()
@@ -166,25 +166,19 @@ def test_a_server_killed_mid_update_fails_the_try_fast_and_the_retry_applies_it_
     spec = operator.build_spec(task_context(key), load(catalog_hook, name))
     killed: dict[str, float] = {}
 
-    def kill() -> None:
-        time.sleep(0.5)
-        killed["at"] = time.monotonic()
-        os.kill(own_server.state.pid, signal.SIGKILL)
+    hook = WatchedConnectHook(CONN_ID)
 
-    def kill_once_it_writes(line: str) -> None:
-        # The job's plan line comes right before its statement runs: the server dies while it writes,
-        # however fast the machine (a fixed delay from the session's start let a fast one commit first).
-        if line.startswith("Plan: row-level") and not killed:
-            killed["planned"] = time.monotonic()
-            threading.Thread(target=kill, daemon=True).start()
+    def kill_once_it_writes() -> None:
+        # The plan line comes right before the statement runs: the server dies while it writes, however
+        # fast the machine (a fixed delay from the session's start let a fast one commit first).
+        if hook.writing.wait(120):
+            time.sleep(0.5)
+            killed["at"] = time.monotonic()
+            os.kill(own_server.state.pid, signal.SIGKILL)
 
-    def watched_log_to(sink: Any) -> Any:
-        return log_to(lambda line: (sink(line), kill_once_it_writes(line)))
-
-    with monkeypatch.context() as patched:
-        patched.setattr(runner, "log_to", watched_log_to)
-        with pytest.raises(SparkConnectUnavailableError) as raised:
-            IcebergSparkConnectHook(CONN_ID).submit(spec, catalog_hook.catalog_config, "lost")
+    threading.Thread(target=kill_once_it_writes, daemon=True).start()
+    with pytest.raises(SparkConnectUnavailableError) as raised:
+        hook.submit(spec, catalog_hook.catalog_config, "lost")
     lost_after = time.monotonic() - killed["at"]
     message = str(raised.value)
     assert f"127.0.0.1:{own_server.state.port}" in message

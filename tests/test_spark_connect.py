@@ -49,6 +49,7 @@ from tests.conftest import (
     task_states,
     xcom_result,
 )
+from tests.connect_lines import WatchedConnectHook
 
 if TYPE_CHECKING:
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -254,39 +255,13 @@ def _slow_update(name: str) -> IcebergUpdateOperator:
     )
 
 
-class _Watched(IcebergSparkConnectHook):
-    """The real hook; its lines are also kept, so that a test knows when the job is writing."""
-
-    def __init__(self) -> None:
-        super().__init__(SPARK_CONN_ID)
-        self.writing = threading.Event()
-        self.progress: list[str] = []
-
-    @property
-    def log(self) -> Any:
-        hook = self
-
-        class _Lines:
-            def __getattr__(self, level: str) -> Any:
-                def write(message: str, *args: Any, **_: Any) -> None:
-                    line = message % args if args else message
-                    if "Plan: row-level" in line:
-                        hook.writing.set()
-                    if line.startswith("progress: stage"):
-                        hook.progress.append(line)
-
-                return write
-
-        return _Lines()
-
-
 def test_on_kill_interrupts_the_running_operation_and_nothing_is_committed(
     spark, catalog_hook, connect_server
 ):
     name = create_orders_table(spark, new_table_name("connect_kill"), rows=200_000)
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     spec = _spec(_slow_update(name), catalog_hook, RunKey("kill", "slow", "manual__1", -1))
-    hook = _Watched()
+    hook = WatchedConnectHook(SPARK_CONN_ID)
     raised: list[BaseException] = []
 
     def run() -> None:
