@@ -387,7 +387,7 @@ def phases_table(rows: list[dict[str, Any]]) -> str:
     """Where a warm-engine task's time went (medians, bench/task_phases.py)."""
     measured = [row for row in rows if row.get("task_phases")]
     return markdown_table(
-        ["max active runs", "tasks with a job", "applied by another", *PHASES],
+        ["max active runs", "tasks with a job", "applied by another", *PHASES, "said it needs compaction"],
         [
             [
                 str(row["max_active_runs"]),
@@ -395,6 +395,7 @@ def phases_table(rows: list[dict[str, Any]]) -> str:
                 f"{row['task_phases']['tasks_applied_by_another']} "
                 f"({row['task_phases']['applied_by_another_median_s']:.1f} s)",
                 *(f"{row['task_phases']['median_s'][name]:.1f} s" for name in PHASES),
+                f"{row['task_phases'].get('tasks_saying_needs_compaction', '')} of {row['changes']}",
             ]
             for row in measured
         ],

@@ -24,6 +24,9 @@ A job's time splits at its plan line (``Plan: ...``) into ``checks`` (the table 
 and ``statement`` (the DELETE, UPDATE or MERGE, its commit, and finding it). With one writer per table the
 jobs run one after another: the time between two commits (``commit_interval``) sets the backfill's pace.
 
+``tasks_saying_needs_compaction`` counts the tasks whose log warns that their change left the table in
+need of compaction (the health the operator checks after each change).
+
 ``api_requests`` counts, from the API server's log, the requests tasks made to Airflow's execution API,
 by route (ids left out): what each task asks of Airflow, Airflow's own requests and the package's.
 """
@@ -48,6 +51,8 @@ _HOOK_LOGGER = "IcebergSparkConnectHook"
 _WAITED = re.compile(r"Waited ([0-9.]+) s for the turn")
 _COMMITTED = re.compile(r"Committed snapshot (\d+)")
 _APPLIED_BY = re.compile(r"Group commit: snapshot (\d+) applied this change")
+#: The warning of a task whose change left the table in need of compaction (its result's ``health``).
+_NEEDS_COMPACTION = " now needs compaction ("
 
 
 def log_path(logs: Path, dag_id: str, run_id: str, task_id: str, try_number: int) -> Path:
@@ -121,6 +126,7 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
     claimed = []
     committed_at: dict[str, dt.datetime] = {}
     group_ends: dict[str, dt.datetime] = {}
+    said_needs_compaction = 0
     for run_id, task_id, try_number, start, end, *_ in instances:
         if not (start and end):
             continue
@@ -132,6 +138,7 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         for _, event, _ in lines:
             if found := _APPLIED_BY.match(event):
                 group_ends[found.group(1)] = max(end, group_ends.get(found.group(1), end))
+        said_needs_compaction += any(_NEEDS_COMPACTION in event for _, event, _ in lines)
         one = phases_of(lines, start, end)
         if one is None:
             claimed.append((end - start).total_seconds())
@@ -156,6 +163,7 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
         "commit_interval_median_s": statistics.median(intervals) if intervals else None,
         "groups_reported": len(lags),
         "group_last_end_after_commit_median_s": statistics.median(lags) if lags else None,
+        "tasks_saying_needs_compaction": said_needs_compaction,
     }
 
 

@@ -91,16 +91,19 @@ def test_a_groups_tasks_are_timed_from_the_commit_that_applied_them(tmp_path: Pa
         ("run4", "a", 1, at(0), at(4.6), "success"),
         ("run5", "a", 1, at(0), at(9.0), "success"),  # names a commit no log shows: left out
     ]
-    write_log(log_path(tmp_path, "d", "run0", "a", 1), leader(2.9))
+    needs = "t now needs compaction (run IcebergCompactionOperator): 2 data files. Health checked in 0.010s."
+    write_log(log_path(tmp_path, "d", "run0", "a", 1), [*leader(2.9), (2.95, needs, OPERATOR)])
     for run, snapshot in (("run1", 2), ("run2", 2), ("run4", 3), ("run5", 7)):
+        lines = [*leader(0)[:3], (0.6, applied.format(snapshot), OPERATOR)]
         write_log(
-            log_path(tmp_path, "d", run, "a", 1), [*leader(0)[:3], (0.6, applied.format(snapshot), OPERATOR)]
+            log_path(tmp_path, "d", run, "a", 1), [*lines, (0.7, needs, OPERATOR)] if run == "run4" else lines
         )
     write_log(log_path(tmp_path, "d", "run3", "a", 1), leader(4.4, snapshot=3))
     phases = task_phases(tmp_path, "d", instances)
     assert phases["tasks_applied_by_another"] == 4
     assert phases["groups_reported"] == 2
     assert phases["group_last_end_after_commit_median_s"] == pytest.approx((0.7 + 0.2) / 2)
+    assert phases["tasks_saying_needs_compaction"] == 2  # run0, which committed, and run4, applied by run3
 
 
 def test_api_requests_are_counted_by_route_without_ids(tmp_path: Path) -> None:
