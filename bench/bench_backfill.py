@@ -28,12 +28,17 @@ end (to its supervisor's "Workload finished"; ``airflow_iceberg_dml/task_exit.py
 5 s), and how the backfill used the executor's slots (``slot_use``: the time before its first task, from
 its first task to its last, and after the last; a task's mean duration; the share of the slots' time that
 tasks took, their time over the slots' time from the first to the last).
-Each backfill gets a fresh deployment, metadata database and table. Runs of one configuration spread by
-up to a third on this machine: ``--repeat N`` runs each N times, in rounds (every configuration once,
-then again), and the ratios and the plot use the medians.
+Each backfill gets a fresh deployment, metadata database and table. Before the measured backfill, the
+deployment backfills a warm-up DAG (``bench/dags/bench_deployment_warmup_dag.py``: as many runs as
+``--max-active-runs``, two tasks each, making the requests a DML task makes of the API server), as a
+production deployment has run tasks before; ``--cold-deployment`` measures without it (a fresh API
+server's first request to a route is slow: 3 s for the first task's ``run``). Runs of one configuration
+spread by up to a third on this machine: ``--repeat N`` runs each N times, in rounds (every configuration
+once, then again), and the ratios and the plot use the medians.
 
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
-[--repeat 1] [--keep-logs DIR] [--engine-conf KEY=VALUE ...] [--engine-warm-rounds N]``
+[--repeat 1] [--keep-logs DIR] [--engine-conf KEY=VALUE ...] [--engine-warm-rounds N]
+[--cold-deployment]``
 """
 
 from __future__ import annotations
@@ -52,7 +57,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
-from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
+from bench.deployment import (
+    AirflowDeployment,
+    DeploymentError,
+    create_database,
+    peak_overlap,
+    postgres_server,
+)
 from bench.task_phases import (
     JOB_PARTS,
     PHASES,
@@ -69,6 +80,9 @@ DAG_FILES = {
     "noop": REPO / "bench" / "dags" / "bench_backfill_noop_dag.py",
 }
 DAG_IDS = {"connect": "iceberg_dml_backfill", "submit": "iceberg_dml_backfill", "noop": "bench_backfill_noop"}
+#: Backfilled in each deployment before the measured backfill, unless ``--cold-deployment``.
+WARMUP_DAG = REPO / "bench" / "dags" / "bench_deployment_warmup_dag.py"
+WARMUP_DAG_ID = "bench_deployment_warmup"
 LABELS = {"connect": "warm engine", "submit": "spark-submit", "noop": "no-op task"}
 FIRST_DAY = dt.date(1995, 3, 1)
 
@@ -124,6 +138,33 @@ class CpuUse:
         }
 
 
+def warm_up_deployment(airflow: AirflowDeployment, runs: int) -> float:
+    """Backfill the warm-up DAG (``bench/dags/bench_deployment_warmup_dag.py``) over ``runs`` days at
+    ``runs`` at once, then wait for every one of its tasks' executor slots to be free again; returns the
+    seconds it took. A fresh API server's first request to each route is slow, and a production
+    deployment's API server has served tasks before the backfill that matters."""
+    airflow.wait_for_dag(WARMUP_DAG_ID)
+    started = time.monotonic()
+    last_day = FIRST_DAY + dt.timedelta(days=runs - 1)
+    airflow.run(
+        "backfill", "create", "--dag-id", WARMUP_DAG_ID, "--from-date", FIRST_DAY.isoformat(),
+        "--to-date", last_day.isoformat(), "--max-active-runs", str(runs),
+    )  # fmt: skip
+    airflow.wait_for_runs(WARMUP_DAG_ID, runs, timeout=600)
+    ends = dict(
+        airflow.query("SELECT id::text, end_date FROM task_instance WHERE dag_id = %s", WARMUP_DAG_ID)
+    )
+    scheduler_log = airflow.home / "scheduler.log"
+    airflow.wait_for(
+        "the warm-up's executor slots to be free",
+        lambda: len(slot_hold_after_end(scheduler_log, ends)) >= len(ends),
+        timeout=60,
+    )
+    if failed := airflow.failures(WARMUP_DAG_ID):  # a warm-up that did not run warms nothing
+        raise DeploymentError(f"The deployment's warm-up failed:\n{failed}")
+    return time.monotonic() - started
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -140,6 +181,7 @@ def _one(
     engine_pid: int | None,
     repeat: int = 0,
     keep_logs: Path | None = None,
+    warm_up: bool = True,
 ) -> dict[str, Any]:
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -156,7 +198,7 @@ def _one(
     airflow = AirflowDeployment(
         home / "airflow",
         create_database(server_uri, f"airflow_{label}"),
-        [DAG_FILES[engine_kind]],
+        [DAG_FILES[engine_kind], *([WARMUP_DAG] if warm_up else [])],
         parallelism=max_active_runs,
         env=env,
     )
@@ -165,6 +207,8 @@ def _one(
     try:
         airflow.start()
         airflow.wait_for_dag(dag_id)
+        warm_up_s = warm_up_deployment(airflow, max_active_runs) if warm_up else None
+        api_log_offset = (home / "airflow" / "api-server.log").stat().st_size  # the measured backfill's
         began = dt.datetime.now(dt.UTC)
         cpu = CpuUse(engine_pid if engine_kind == "connect" else None)
         airflow.run(
@@ -201,7 +245,7 @@ def _one(
         catalog.purge_table(table)
     failures = failure_lines(home / "airflow" / "logs", dag_id, instances)
     held = slot_hold_after_end(home / "airflow" / "scheduler.log", ends)
-    requests = api_requests(home / "airflow" / "api-server.log")
+    requests = api_requests(home / "airflow" / "api-server.log", api_log_offset)
     for failure in failures:
         log(f"task failed: {failure}")
     if keep_logs is not None:
@@ -218,6 +262,7 @@ def _one(
         "changes": len(tries),
         "wall_s": wall,
         "changes_per_minute": len(tries) / wall * 60,
+        "deployment_warm_up_s": warm_up_s,
         "task_p50_s": _percentile(durations, 0.5),
         "task_p95_s": _percentile(durations, 0.95),
         "tasks_at_once": peak_overlap([(start, end) for _, _, start, end in tries if start and end]),
@@ -269,6 +314,11 @@ def main(argv: list[str]) -> None:
         default=WARM_ROUNDS,
         help=f"the warm engine's warm-up rounds (default {WARM_ROUNDS}; the results keep them)",
     )
+    parser.add_argument(
+        "--cold-deployment",
+        action="store_true",
+        help="measure each backfill on a deployment that has run no task before (no warm-up backfill)",
+    )
     args, _ = parser.parse_known_args(argv)
     if malformed := [setting for setting in args.engine_conf if "=" not in setting]:
         parser.error(f"--engine-conf takes KEY=VALUE, not {', '.join(map(repr, malformed))}")
@@ -310,6 +360,7 @@ def main(argv: list[str]) -> None:
                     engine_pid=engine_pid,
                     repeat=repeat,
                     keep_logs=args.keep_logs,
+                    warm_up=not args.cold_deployment,
                 )
                 log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
                 rows.append(row)
@@ -320,6 +371,7 @@ def main(argv: list[str]) -> None:
                     "engine_conf": engine_conf,
                     "engine_warm_rounds": args.engine_warm_rounds,
                     "engine_start_s": engine_start_s,
+                    "deployment_warm_up": not args.cold_deployment,
                     "rows": rows,
                 }
                 write_results("backfill", results, quick=args.quick)

@@ -170,12 +170,15 @@ def task_phases(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> di
 _EXECUTION_REQUEST = re.compile(r"request finished.* method=([A-Z]+) path=/execution/(\S*)")
 
 
-def api_requests(api_server_log: Path) -> Counter[str]:
-    """The requests to Airflow's execution API in an API server's log, by method and route: a task
-    instance's id becomes ``{id}``; the routes that name a DAG, a run, a connection or a key keep only
-    their first part (``xcoms``, ``connections``, ``store``)."""
+def api_requests(api_server_log: Path, offset: int = 0) -> Counter[str]:
+    """The requests to Airflow's execution API in an API server's log from byte ``offset`` on, by method
+    and route: a task instance's id becomes ``{id}``; the routes that name a DAG, a run, a connection or a
+    key keep only their first part (``xcoms``, ``connections``, ``store``)."""
     counted: Counter[str] = Counter()
-    for line in api_server_log.read_text(errors="replace").splitlines():
+    with api_server_log.open("rb") as lines:
+        lines.seek(offset)
+        text = lines.read().decode(errors="replace")
+    for line in text.splitlines():
         found = _EXECUTION_REQUEST.search(line)
         if found is None:
             continue

@@ -139,3 +139,8 @@ def test_api_requests_are_counted_by_route_without_ids(tmp_path: Path) -> None:
         "PUT store": 1,
         "GET connections": 1,
     }
+    # From a byte offset on: the requests of a deployment's warm-up, before it, are left out.
+    warm_up = line("GET", "/execution/connections/bench_deployment_warmup") + "\n"
+    log.write_text(warm_up + log.read_text())
+    assert api_requests(log, len(warm_up.encode()))["GET connections"] == 1
+    assert api_requests(log)["GET connections"] == 2
