@@ -135,7 +135,7 @@ class AirflowDeployment:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(api_port),
-            "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(16).hex(),
+            "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),  # 64 bytes: what SHA-512 signing asks for
             **(env or {}),
         }
         self.env.pop("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", None)  # the default: the dags folder
