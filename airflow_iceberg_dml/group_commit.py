@@ -5,8 +5,9 @@ the changed keys each change is a pass over those files and a commit. A backfill
 their rows only (the same UPDATE of another day), so while one runs, the next ones wait with nothing
 to do. Here they say what they would change: a waiting task leaves an *offer* beside the table's lock
 file, and the task that gets the turn *claims* the offers that match its own change and hands them to
-its job, which applies them all in one statement and one commit (when their rows do not overlap). The
-commit's summary names every run key with the rows its change matched, so that each claimed task,
+its job, which applies them all in one statement and one commit (when their rows do not overlap); it
+first waits a moment for the table's tasks still planning (:mod:`airflow_iceberg_dml.group_arrival`).
+The commit's summary names every run key with the rows its change matched, so that each claimed task,
 when its own turn comes, finds the commit as its own in the table's history and commits nothing.
 
 A backfill's run often has a DELETE and an UPDATE of the same day. On a table whose MERGE is
@@ -313,12 +314,12 @@ def _sweep(folder: Path) -> None:
     stale = [p for p in folder.glob(".*.tmp") if _age(p) < time.time() - 60]
     leftovers = [*folder.glob("*.claimed"), *folder.glob("*.settled"), *stale]
     for path in leftovers:
-        if not _held(path):
+        if not held(path):
             with suppress(FileNotFoundError):
                 path.unlink()
 
 
-def _held(path: Path) -> bool:
+def held(path: Path) -> bool:
     """Whether a live process holds the lock of the file at ``path`` (gone: as good as held)."""
     try:
         handle = path.open()
@@ -344,7 +345,7 @@ def _age(path: Path) -> float:
 def _live_offer(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
     """The offer at ``path`` and its change when its task still waits; a dead task's offer (its lock
     free) is removed."""
-    if not _held(path):  # the task that offered it is gone
+    if not held(path):  # the task that offered it is gone
         with suppress(FileNotFoundError):
             path.unlink()
         return None

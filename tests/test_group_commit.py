@@ -26,12 +26,14 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import (
     GroupOffer,
     Offer,
     bound_where,
     claim,
     group_key,
+    held,
     queue_folder,
     settle,
 )
@@ -358,9 +360,10 @@ def test_a_claiming_change_that_matches_nothing_commits_nothing(spark, catalog_h
 
 
 def _offer_a_waiting_delete(
-    catalog_hook: Any, table: Any, member_key: RunKey, before: int
+    catalog_hook: Any, table: Any, member_key: RunKey, before: int, *, post: bool = True
 ) -> tuple[IcebergDeleteOperator, DmlSpec, Turn]:
-    """A waiting task's offer (customer 8's orders deleted), posted as if its lock were held here."""
+    """A waiting task's offer (customer 8's orders deleted), posted (``post``) as if its lock were held
+    here."""
     name = ".".join(table.name())
     waiting = IcebergDeleteOperator(
         task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
@@ -370,8 +373,78 @@ def _offer_a_waiting_delete(
     assert offered is not None
     turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
     assert turn.offer is not None
-    turn.offer.post(offered)
+    if post:
+        turn.offer.post(offered)
     return waiting, member_spec, turn
+
+
+def test_a_task_that_gets_the_turn_waits_for_an_arriving_task_and_applies_its_change_too(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """A task of the table that has started and not yet offered its change (it plans) says it is arriving:
+    the task whose turn it is waits for its offer and applies it in its own commit, not alone."""
+    from tests.dags.group_commit_test_dag import dag
+
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_arrival"))
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    member_key = RunKey("group_commit_test", "delete", "manual__arriving", -1)
+    _, _, turn = _offer_a_waiting_delete(catalog_hook, table, member_key, before, post=False)
+    assert turn.offer is not None
+    assert turn.own is not None
+    assert turn.folder is not None
+    lock = lock_path(catalog_hook.catalog_config.properties["uri"], name)
+    arrival = Arrival(turn.folder)
+    arrival.post()
+    offered_at: list[float] = []
+
+    def offer_once_the_turn_is_taken() -> None:  # the arriving task's plan ends after the turn was taken
+        deadline = time.monotonic() + 300
+        while not (lock.exists() and held(lock)) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert turn.offer is not None
+        assert turn.own is not None
+        turn.offer.post(turn.own)
+        arrival.remove()
+        offered_at.append(time.monotonic())
+
+    arriving = threading.Thread(target=offer_once_the_turn_is_taken, daemon=True)
+    arriving.start()
+    try:
+        dag_run = run_dag(dag, table=name, customer=7)
+    finally:
+        arriving.join(timeout=300)
+        arrival.remove()
+        turn.offer.withdraw()
+
+    assert offered_at, "the arriving task never saw the turn taken"
+    assert task_states(dag_run) == {"delete": "success"}
+    result = xcom_result(dag_run, "delete")
+    assert (result["rows_deleted"], result["group_size"]) == (_matching(table, "customer_id", [7]), 2)
+    after = load(catalog_hook, name)
+    assert after.current_snapshot().parent_snapshot_id == before  # one commit for both
+    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8} == set()
+
+
+def test_the_wait_for_arriving_tasks_is_bounded_and_ignores_dead_ones(tmp_path: Path) -> None:
+    folder = queue_folder(tmp_path / "demo.orders.lock")
+    folder.mkdir(parents=True)
+    (folder / "dead.arriving").write_text("")  # its task was killed before it offered: no lock on it
+    assert wait_for_arrivals(folder, bound_s=5.0)[1] == 0
+    assert list(folder.iterdir()) == []
+
+    live = Arrival(folder)
+    live.post()
+    try:
+        waited, most = wait_for_arrivals(folder, bound_s=0.3)
+        assert most == 1
+        assert 0.3 <= waited < 2.0
+        assert len(list(folder.glob("*.arriving"))) == 1  # a live one stays
+    finally:
+        live.remove()
+    assert wait_for_arrivals(folder, bound_s=5.0) == (pytest.approx(0.0, abs=0.5), 0)
+    assert list(folder.iterdir()) == []
 
 
 def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows(

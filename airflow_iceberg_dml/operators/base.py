@@ -2,7 +2,7 @@
 
 :class:`BaseIcebergSparkJobOperator` owns the order of things, the same for every job kind::
 
-    execute
+    execute   inside arriving(run) (the operator is on its way to the table: group_arrival.py)
       bad input fails the task (operators/failures.py), anything retryable is raised as it is
       re-attach      the job an earlier try left (each engine's own key in the task state store)
       load           the table (IcebergCatalogHook)
@@ -23,18 +23,17 @@ Each operator supplies a public, pure ``build_spec`` (the typed spec of
 and ``plan`` / ``collect`` around them for the reads they need. Which commits are this run's is
 answered by :meth:`BaseIcebergSparkJobOperator.find_commits`. The operators never name an engine.
 
-Durable re-attach uses Airflow's task state store as documented (``context["task_state_store"]``:
-``get``, ``set``, ``delete``), not ``ResumableJobMixin``: the mixin stores an external id that
-``submit_job`` returns before polling starts, and polls that id from any machine. spark-submit
-through the Spark provider's hook returns only when the job has ended, and a spark-submit process
-can only be waited for on its own machine: what a retry needs is that process, stored the moment it
-spawns. Over Spark Connect a retry needs the earlier session's id, to interrupt what it still runs.
+Durable re-attach uses Airflow's task state store (``context["task_state_store"]``: ``get``, ``set``,
+``delete``), not ``ResumableJobMixin``, which polls from any machine an id ``submit_job`` returns before
+polling starts: a spark-submit through the Spark provider's hook returns only when the job has ended, and
+can only be waited for on its own machine, so a retry needs that process, stored the moment it spawns.
+Over Spark Connect a retry needs the earlier session's id, to interrupt what it still runs.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
@@ -106,9 +105,8 @@ class JobPlan(Generic[BeforeT]):
 
 @dataclass
 class Turn:
-    """A task's turn on its table: where changes are on offer, its own offer (None: not offered),
-    whether it holds the turn (False: its offer was settled while it waited, see
-    :mod:`airflow_iceberg_dml.group_commit`), and the waiting changes it claimed."""
+    """A task's turn on its table: where changes are on offer, its own offer (None: not offered), whether
+    it holds the turn (False: its offer was settled while it waited), and the waiting changes it claimed."""
 
     folder: Path | None = None
     own: GroupOffer | None = None
@@ -244,7 +242,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
 
     def execute(self, context: Context) -> ResultT:
         run = JobRun(context, IcebergCatalogHook(self.catalog_conn_id))
-        with bad_input_fails_the_task():
+        with bad_input_fails_the_task(), self.arriving(run):
             store = self._task_state_store(context)
             try_number = getattr(context.get("ti"), "try_number", None)
             self._reattach(store, try_number)  # what follows sees the table as that earlier job left it
@@ -256,8 +254,8 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         """The job of ``planned`` in this task's turn on the table, and its result read back."""
         if not isinstance(planned, JobPlan):
             return planned
-        # A change on offer whose claiming job ended well needs no turn: it is in that commit. When it
-        # is not (the job left it out), the task takes its turn after all, then offers nothing.
+        # A change on offer whose claiming job ended well needs no turn: it is in that commit. If it is
+        # not (the job left it out), the task takes its turn after all, offering nothing.
         for offering in (self.group_commit, False):
             with self._turn(run, planned, offering) as turn:  # the job plans and commits on the head then
                 ready = self.on_turn(run, planned, turn)
@@ -280,9 +278,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
             return
         path = lock_path(run.catalog_hook.catalog_config.properties["uri"], self.table)
         key = run_key(run.context)
-        holder = f"{key.dag_id}.{key.task_id} {key.run_id}" + (
-            f"[{key.map_index}]" if key.map_index >= 0 else ""
-        )
+        holder = str(key)
         offered = self.group_offer(planned) if offering else None
         turn = Turn(queue_folder(path), offered) if offered else Turn()
         try:
@@ -299,6 +295,10 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         finally:
             if turn.offer is not None:
                 turn.offer.withdraw()
+
+    def arriving(self, run: JobRun) -> AbstractContextManager[object]:
+        """Around the execution, until the turn: nothing by default (the DML operators: group_arrival.py)."""
+        return nullcontext()
 
     def group_offer(self, planned: JobPlan[BeforeT]) -> GroupOffer | None:
         """What this task offers to apply with others' changes (its change and group keys); None by

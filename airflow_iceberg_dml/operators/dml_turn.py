@@ -10,22 +10,27 @@ from the commit without waiting for the turn.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.group_commit import GroupOffer, claim, group_offer
+from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
+from airflow_iceberg_dml.group_commit import GroupOffer, claim, group_offer, queue_folder
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.result import DmlResult, summary_of
 from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
 from airflow_iceberg_dml.specs.common import group_entries
+from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.health import HealthReport
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
-    from airflow_iceberg_dml.spec import MergeSpec, RunKey
+    from airflow_iceberg_dml.spec import MergeSpec
 
 
 def parent_of(table: Table, snapshot: Snapshot | None) -> Snapshot | None:
@@ -35,10 +40,6 @@ def parent_of(table: Table, snapshot: Snapshot | None) -> Snapshot | None:
     return table.snapshot_by_id(snapshot.parent_snapshot_id)
 
 
-def _shown(key: RunKey) -> str:
-    return f"{key.dag_id}.{key.task_id} {key.run_id}" + (f"[{key.map_index}]" if key.map_index >= 0 else "")
-
-
 class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     """The DML operators' side of the turn: exactly once before it, group commit in it."""
 
@@ -46,12 +47,31 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     #: Whether the table's MERGE is merge-on-read (read when planning): then this task's change can be
     #: applied with waiting changes of the other kind, in one MERGE.
     merge_on_read_merge: bool = False
+    #: This task on its way to the table's turn, until its change is on offer (group_arrival.py).
+    _arrival: Arrival | None = None
 
     if TYPE_CHECKING:
 
         def to_result(self, record: JobRecord | None, **read_back: Any) -> DmlResult: ...
 
+    def arriving(self, run: JobRun) -> AbstractContextManager[object]:
+        if not (self.group_commit and self.one_writer_per_table):
+            return nullcontext()
+        return self._arriving(run)
+
+    @contextmanager
+    def _arriving(self, run: JobRun) -> Iterator[None]:
+        path = lock_path(run.catalog_hook.catalog_config.properties["uri"], self.table)
+        self._arrival = Arrival(queue_folder(path))
+        self._arrival.post()
+        try:
+            yield
+        finally:
+            self._arrival.remove()
+
     def group_offer(self, planned: JobPlan[int | None]) -> GroupOffer | None:
+        if self._arrival is not None:  # the offer goes up next, or none does: either way, it has arrived
+            self._arrival.remove()
         spec = planned.spec
         if not isinstance(spec, DmlSpec):
             return None
@@ -76,13 +96,16 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         turn.offer.withdraw()
         if not turn.held:  # settled while it waited: the turn is taken next, with nothing on offer
             return planned
+        waited, arriving = wait_for_arrivals(turn.folder)
+        if arriving and waited >= MIN_WAIT_LOGGED_S:
+            self.log.info("Group commit: waited %.2f s for %d arriving task(s).", waited, arriving)
         members = turn.claimed = claim(turn.folder, turn.own.key, mixing=turn.own)
         if not members:
             return planned
         self.log.info(
             "Group commit: applying %d waiting change(s) with this one, in one commit: %s",
             len(members),
-            "; ".join(_shown(member.run_key) for member in members),
+            "; ".join(str(member.run_key) for member in members),
         )
         return JobPlan(replace(spec, group=tuple(members)), planned.before)
 

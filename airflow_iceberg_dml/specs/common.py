@@ -142,6 +142,12 @@ class RunKey:
     run_id: str
     map_index: int = -1
 
+    def __str__(self) -> str:
+        """``<dag_id>.<task_id> <run_id>``, and ``[<map_index>]`` for a mapped task (as in the task log)."""
+        return f"{self.dag_id}.{self.task_id} {self.run_id}" + (
+            f"[{self.map_index}]" if self.map_index >= 0 else ""
+        )
+
     def summary_properties(self, try_number: int) -> dict[str, str]:
         """The snapshot summary entries that tie a commit to this run key and try."""
         return {
