@@ -12,15 +12,13 @@ table is arriving, then claims the offers.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.group_commit import held
+from airflow_iceberg_dml.group_commit import alive, post_locked
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,21 +38,18 @@ class Arrival:
     name: str = field(default_factory=lambda: uuid.uuid4().hex)
     _handle: Any = None
 
+    @property
+    def path(self) -> Path:
+        return self.folder / f"{self.name}.arriving"
+
     def post(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with suppress(PermissionError):
-            os.chmod(self.folder, 0o1777)
-        staging = self.folder / f".{self.name}.tmp"
-        handle = staging.open("w")
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # locked before it appears: never taken for a dead one
-        os.replace(staging, self.folder / f"{self.name}.arriving")
-        self._handle = handle
+        self._handle = post_locked(self.folder, self.name, self.path)
 
     def remove(self) -> None:
         if self._handle is None:
             return
         with suppress(FileNotFoundError):
-            (self.folder / f"{self.name}.arriving").unlink()
+            self.path.unlink()
         self._handle.close()
         self._handle = None
 
@@ -67,16 +62,9 @@ def wait_for_arrivals(
     started = time.monotonic()
     most = 0
     while folder.is_dir() and time.monotonic() - started < bound_s:
-        live = [path for path in folder.glob("*.arriving") if held(path) or _removed(path)]
+        live = [path for path in folder.glob("*.arriving") if alive(path)]
         most = max(most, len(live))
         if not live:
             break
         time.sleep(poll_s)
     return time.monotonic() - started, most
-
-
-def _removed(path: Path) -> bool:
-    """Remove a dead task's file (False: it is gone)."""
-    with suppress(FileNotFoundError):
-        path.unlink()
-    return False

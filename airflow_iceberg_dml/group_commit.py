@@ -188,29 +188,17 @@ class Offer:
         return self.folder / f"{self.name}.settled"
 
     def post(self, offer: GroupOffer) -> None:
-        """Put the offer up: written whole and locked before it appears under its name."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with suppress(PermissionError):
-            os.chmod(self.folder, 0o1777)
-        staging = self.folder / f".{self.name}.tmp"
-        handle = staging.open("w")
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        """Put the offer up (:func:`post_locked`)."""
         member = offer.member
-        handle.write(
-            json.dumps(
-                {
-                    "key": offer.key,
-                    "mix": offer.mix,
-                    "run_key": member.run_key.group_entry(0),
-                    "where": member.where,
-                    "kind": member.kind.value if member.kind else None,
-                    "assignments": dict(member.assignments),
-                }
-            )
-        )
-        handle.flush()
-        os.replace(staging, self.path)
-        self._handle = handle
+        entry = {
+            "key": offer.key,
+            "mix": offer.mix,
+            "run_key": member.run_key.group_entry(0),
+            "where": member.where,
+            "kind": member.kind.value if member.kind else None,
+            "assignments": dict(member.assignments),
+        }
+        self._handle = post_locked(self.folder, self.name, self.path, json.dumps(entry))
 
     def claimed(self) -> bool:
         """Whether a task whose turn it was took this change into its job (ask once the turn is ours, or
@@ -230,6 +218,21 @@ class Offer:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+
+def post_locked(folder: Path, name: str, path: Path, text: str = "") -> Any:
+    """Put ``text`` up at ``path`` in ``folder``, written whole and locked before it appears under its
+    name (never taken for a dead task's); the lock is held as long as the returned handle is open."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with suppress(PermissionError):
+        os.chmod(folder, 0o1777)
+    staging = folder / f".{name}.tmp"
+    handle = staging.open("w")
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    handle.write(text)
+    handle.flush()
+    os.replace(staging, path)
+    return handle
 
 
 def claim(
@@ -314,9 +317,16 @@ def _sweep(folder: Path) -> None:
     stale = [p for p in folder.glob(".*.tmp") if _age(p) < time.time() - 60]
     leftovers = [*folder.glob("*.claimed"), *folder.glob("*.settled"), *stale]
     for path in leftovers:
-        if not held(path):
-            with suppress(FileNotFoundError):
-                path.unlink()
+        alive(path)
+
+
+def alive(path: Path) -> bool:
+    """Whether a live process holds the lock of the file at ``path``; a dead one's file is removed."""
+    if held(path):
+        return True
+    with suppress(FileNotFoundError):
+        path.unlink()
+    return False
 
 
 def held(path: Path) -> bool:
@@ -345,9 +355,7 @@ def _age(path: Path) -> float:
 def _live_offer(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
     """The offer at ``path`` and its change when its task still waits; a dead task's offer (its lock
     free) is removed."""
-    if not held(path):  # the task that offered it is gone
-        with suppress(FileNotFoundError):
-            path.unlink()
+    if not alive(path):  # the task that offered it is gone
         return None
     return _read(path)
 
