@@ -18,7 +18,9 @@ on the table and the most changes one of them applied (group commit, read from t
 conflicts re-planned (the jobs' "Commit conflict" log lines), task retries and failures, the
 machine's peak memory in use (sampled every second, minus what was in use before the deployment
 started), how busy the machine's cores were (every process's CPU time, and the warm engine's server's,
-over the backfill's wall time), and for the warm engine where a task's time went
+over the backfill's wall time) and each process's CPU seconds per change (``bench/cpu_use.py``: the
+engine's server, the scheduler, the executor's workers, the task processes, the API server, the DAG
+processor, PostgreSQL, the rest), and for the warm engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs; the time between two commits, and a job's checks and count against its
 statement and commit; how long a group's last task took to end after the commit that applied its
@@ -55,8 +57,10 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from bench.common import REPO, commit_sizes, log, markdown_table, process_tree_cpu_seconds, write_results
+from bench.common import REPO, commit_sizes, log, markdown_table, write_results
+from bench.cpu_use import ROLE_LABELS, CpuUse, per_change, postmaster_pid
 from bench.deployment import (
     AirflowDeployment,
     DeploymentError,
@@ -108,34 +112,6 @@ class MemoryPeak:
         self._stop.set()
         self._thread.join()
         return self.peak
-
-
-class CpuUse:
-    """The machine's CPU time in use (every process) and the engine's, from ``start`` to ``stop``."""
-
-    def __init__(self, engine_pid: int | None) -> None:
-        import psutil
-
-        self._psutil = psutil
-        self._engine_pid = engine_pid
-        self._began = (time.monotonic(), self._machine(), self._engine_cpu())
-
-    def _machine(self) -> float:
-        times = self._psutil.cpu_times()
-        return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
-
-    def _engine_cpu(self) -> float:
-        """The server process's CPU time and its live descendants' (the JVM may be a child of it)."""
-        return process_tree_cpu_seconds(self._engine_pid) if self._engine_pid else 0.0
-
-    def stop(self) -> dict[str, float]:
-        """Shares of the machine's cores (1.0: every core busy the whole time)."""
-        wall, machine, engine = self._began
-        capacity = (time.monotonic() - wall) * (self._psutil.cpu_count() or 1)
-        return {
-            "machine_cpu_share": (self._machine() - machine) / capacity,
-            "engine_cpu_share": (self._engine_cpu() - engine) / capacity,
-        }
 
 
 def warm_up_deployment(airflow: AirflowDeployment, runs: int) -> float:
@@ -210,7 +186,13 @@ def _one(
         warm_up_s = warm_up_deployment(airflow, max_active_runs) if warm_up else None
         api_log_offset = (home / "airflow" / "api-server.log").stat().st_size  # the measured backfill's
         began = dt.datetime.now(dt.UTC)
-        cpu = CpuUse(engine_pid if engine_kind == "connect" else None)
+        cpu = CpuUse(
+            {
+                "engine": engine_pid if engine_kind == "connect" else None,
+                **dict(zip(("api_server", "scheduler", "dag_processor"), airflow.pids(), strict=True)),
+                "postgres": postmaster_pid(urlsplit(server_uri).port or 0),
+            }
+        )
         airflow.run(
             "backfill", "create", "--dag-id", dag_id, "--from-date", FIRST_DAY.isoformat(),
             "--to-date", last_day.isoformat(), "--max-active-runs", str(max_active_runs),
@@ -377,13 +359,9 @@ def main(argv: list[str]) -> None:
                 write_results("backfill", results, quick=args.quick)
     finally:
         engine.stop(engine_home)
-    print(table(rows))
-    print(phases_table(rows))
-    print(chain_table(rows))
-    print(cpu_table(rows))
-    print(slots_table(rows))
-    print(slot_use_table(rows))
-    print(requests_table(rows))
+    reports = (table, phases_table, chain_table, cpu_table, cpu_per_change_table, slots_table, slot_use_table)
+    for report in (*reports, requests_table):
+        print(report(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
@@ -491,6 +469,23 @@ def requests_table(rows: list[dict[str, Any]]) -> str:
             ]
             for row in rows
             if row.get("api_requests_per_task") is not None
+        ],
+    )
+
+
+def cpu_per_change_table(rows: list[dict[str, Any]]) -> str:
+    """Each process's CPU seconds per change (``bench/cpu_use.py``)."""
+    return markdown_table(
+        ["engine", "max active runs", "all", *ROLE_LABELS.values()],
+        [
+            [
+                LABELS[row["engine"]],
+                str(row["max_active_runs"]),
+                f"{row['cpu_seconds']['machine'] / row['changes']:.2f} s",
+                *(f"{share:.2f} s" for share in per_change(row["cpu_seconds"], row["changes"]).values()),
+            ]
+            for row in rows
+            if "cpu_seconds" in row
         ],
     )
 

@@ -168,6 +168,10 @@ class AirflowDeployment:
                 )
             )
 
+    def pids(self) -> list[int]:
+        """The process ids of the API server, the scheduler and the DAG processor (:meth:`start`)."""
+        return [process.pid for process in self.processes]
+
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:

@@ -1,0 +1,144 @@
+"""Where a backfill's CPU goes: the machine's, and each process's of the deployment, from start to stop.
+
+A process's CPU time here is its own (user + system) and, where it has waited for children that ended,
+theirs (Linux's ``cutime`` and ``cstime``): a LocalExecutor worker supervises each task it runs in a
+forked child and waits for it, so the task processes that ended during the backfill count in their
+worker's children, and those still running count as processes of their own. The roles:
+
+- ``engine``: the warm engine's server (the supervisor and the JVM under it);
+- ``scheduler``: the scheduler's own process (its loop, the executor's queue);
+- ``supervisors``: the scheduler's children, the LocalExecutor's workers, each supervising its tasks
+  (the task's log lines, heartbeats, its requests to the API server on its behalf);
+- ``tasks``: the task processes (the DAG file's parse, the operator's work);
+- ``api_server``, ``dag_processor``: those processes and their children;
+- ``postgres``: the metadata database's server and its backends;
+- ``other``: the rest of the machine (this benchmark's own polling, the kernel, anything else running).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+ROLE_LABELS = {
+    "engine": "warm engine's server",
+    "scheduler": "scheduler",
+    "supervisors": "executor workers",
+    "tasks": "task processes",
+    "api_server": "API server",
+    "dag_processor": "DAG processor",
+    "postgres": "PostgreSQL",
+    "other": "other",
+}
+ROLES = tuple(ROLE_LABELS)
+
+
+def _own(process: Any) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def _ended_children(process: Any) -> float:
+    times = process.cpu_times()
+    return float(getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0))
+
+
+def _tree(pid: int | None) -> float:
+    """A process's CPU, its live descendants' and the ended children it waited for; 0 when gone."""
+    import psutil
+
+    total = 0.0
+    if pid is None:
+        return total
+    with suppress(psutil.Error):
+        root = psutil.Process(pid)
+        for process in [root, *root.children(recursive=True)]:
+            with suppress(psutil.Error):
+                total += _own(process) + _ended_children(process)
+    return total
+
+
+def _scheduler(pid: int | None) -> dict[str, float]:
+    """The scheduler's CPU split into its own, its workers' (supervisors) and their tasks'."""
+    import psutil
+
+    split = {"scheduler": 0.0, "supervisors": 0.0, "tasks": 0.0}
+    if pid is None:
+        return split
+    with suppress(psutil.Error):
+        root = psutil.Process(pid)
+        split["scheduler"] = _own(root)
+        split["supervisors"] = _ended_children(root)  # a worker that ended, with what it waited for
+        for worker in root.children():
+            with suppress(psutil.Error):
+                split["supervisors"] += _own(worker)
+                split["tasks"] += _ended_children(worker)
+                for task in worker.children(recursive=True):
+                    with suppress(psutil.Error):
+                        split["tasks"] += _own(task) + _ended_children(task)
+    return split
+
+
+def postmaster_pid(port: int) -> int | None:
+    """The PostgreSQL server listening on ``port`` (its postmaster: a ``postgres`` process whose
+    command line names the port), or None."""
+    import psutil
+
+    for process in psutil.process_iter(["name", "cmdline", "ppid"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["name"] == "postgres" and f"-p {port}" in " ".join(cmdline):
+            return int(process.pid)
+    return None
+
+
+class CpuUse:
+    """The machine's CPU time in use (every process) and each role's (module docstring), from
+    construction to :meth:`stop`.
+
+    :param pids: The root process of each role that has one (``engine``, ``scheduler``, ``api_server``,
+        ``dag_processor``, ``postgres``); a missing or None role counts nothing.
+    """
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._pids = pids
+        self._began = (time.monotonic(), self._machine(), self._roles())
+
+    def _machine(self) -> float:
+        times = self._psutil.cpu_times()
+        return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+    def _roles(self) -> dict[str, float]:
+        roles = {
+            role: _tree(self._pids.get(role))
+            for role in ("engine", "api_server", "dag_processor", "postgres")
+        }
+        roles.update(_scheduler(self._pids.get("scheduler")))
+        return roles
+
+    def stop(self) -> dict[str, Any]:
+        """``machine_cpu_share`` and ``engine_cpu_share`` (1.0: every core busy the whole time), and
+        ``cpu_seconds``: each role's CPU seconds (``machine`` for the whole)."""
+        wall, machine, roles = self._began
+        capacity = (time.monotonic() - wall) * (self._psutil.cpu_count() or 1)
+        used = self._machine() - machine
+        now = self._roles()
+        seconds = {role: max(0.0, now[role] - roles[role]) for role in now}
+        seconds["other"] = max(0.0, used - sum(seconds.values()))
+        seconds["machine"] = used
+        return {
+            "machine_cpu_share": used / capacity,
+            "engine_cpu_share": seconds["engine"] / capacity,
+            "cpu_seconds": seconds,
+        }
+
+
+def per_change(seconds: dict[str, float], changes: int, roles: Iterable[str] = ROLES) -> dict[str, float]:
+    """Each role's CPU seconds per change."""
+    return {role: seconds.get(role, 0.0) / max(changes, 1) for role in roles}
