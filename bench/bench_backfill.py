@@ -359,8 +359,17 @@ def main(argv: list[str]) -> None:
                 write_results("backfill", results, quick=args.quick)
     finally:
         engine.stop(engine_home)
-    reports = (table, phases_table, chain_table, cpu_table, cpu_per_change_table, slots_table, slot_use_table)
-    for report in (*reports, requests_table):
+    reports = (
+        table,
+        phases_table,
+        chain_table,
+        cpu_table,
+        cpu_per_change_table,
+        slots_table,
+        slot_use_table,
+        requests_table,
+    )
+    for report in reports:
         print(report(rows))
     if not args.quick:
         plot(rows, REPO / "docs" / "img" / "backfill.png")
@@ -482,7 +491,7 @@ def cpu_per_change_table(rows: list[dict[str, Any]]) -> str:
                 LABELS[row["engine"]],
                 str(row["max_active_runs"]),
                 f"{row['cpu_seconds']['machine'] / row['changes']:.2f} s",
-                *(f"{share:.2f} s" for share in per_change(row["cpu_seconds"], row["changes"]).values()),
+                *(f"{seconds:.2f} s" for seconds in per_change(row["cpu_seconds"], row["changes"]).values()),
             ]
             for row in rows
             if "cpu_seconds" in row
