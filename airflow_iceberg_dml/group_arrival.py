@@ -13,12 +13,10 @@ table is arriving, then claims the offers.
 from __future__ import annotations
 
 import time
-import uuid
-from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from airflow_iceberg_dml.group_commit import alive, post_locked
+from airflow_iceberg_dml.group_commit import LockedFile, alive
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,30 +26,13 @@ ARRIVAL_WAIT_S = 0.5
 
 
 @dataclass
-class Arrival:
+class Arrival(LockedFile):
     """A task of the table that has started and not yet put its change on offer (it is planning): a file
-    its process locks, as an offer's, removed once the offer is up or the task has ended. Tasks start in
+    its process locks, as an offer's, taken down once the offer is up or the task has ended. Tasks start in
     waves (a commit that applied many changes frees as many executor slots at once), and the task whose
     turn it is waits a moment for the wave's offers (:func:`wait_for_arrivals`) rather than commit alone."""
 
-    folder: Path
-    name: str = field(default_factory=lambda: uuid.uuid4().hex)
-    _handle: Any = None
-
-    @property
-    def path(self) -> Path:
-        return self.folder / f"{self.name}.arriving"
-
-    def post(self) -> None:
-        self._handle = post_locked(self.folder, self.name, self.path)
-
-    def remove(self) -> None:
-        if self._handle is None:
-            return
-        with suppress(FileNotFoundError):
-            self.path.unlink()
-        self._handle.close()
-        self._handle = None
+    suffix: ClassVar[str] = ".arriving"
 
 
 def wait_for_arrivals(

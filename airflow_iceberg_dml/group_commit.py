@@ -38,7 +38,7 @@ import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey, SummaryKey, WriteMode
@@ -168,16 +168,47 @@ def queue_folder(lock_file: Path) -> Path:
 
 
 @dataclass
-class Offer:
-    """One waiting task's change, on offer to the task whose turn it is."""
+class LockedFile:
+    """A file in a table's queue folder that a live task holds locked (an offer, or an arrival:
+    :mod:`airflow_iceberg_dml.group_arrival`): written whole and locked before it appears under its name,
+    so it is never taken for a dead task's (:func:`alive`); the lock lasts until it is taken down."""
 
     folder: Path
     name: str = field(default_factory=lambda: uuid.uuid4().hex)
     _handle: Any = None
+    suffix: ClassVar[str] = ""
 
     @property
     def path(self) -> Path:
-        return self.folder / f"{self.name}.json"
+        return self.folder / f"{self.name}{self.suffix}"
+
+    def put_up(self, text: str = "") -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with suppress(PermissionError):
+            os.chmod(self.folder, 0o1777)
+        staging = self.folder / f".{self.name}.tmp"
+        handle = staging.open("w")
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        handle.write(text)
+        handle.flush()
+        os.replace(staging, self.path)
+        self._handle = handle
+
+    def take_down(self, *others: Path) -> None:
+        """Remove the file (and ``others`` beside it); the lock goes with the file handle."""
+        for path in (self.path, *others):
+            with suppress(FileNotFoundError):
+                path.unlink()
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+@dataclass
+class Offer(LockedFile):
+    """One waiting task's change, on offer to the task whose turn it is."""
+
+    suffix: ClassVar[str] = ".json"
 
     @property
     def claimed_path(self) -> Path:
@@ -188,7 +219,7 @@ class Offer:
         return self.folder / f"{self.name}.settled"
 
     def post(self, offer: GroupOffer) -> None:
-        """Put the offer up (:func:`post_locked`)."""
+        """Put the offer up (:meth:`LockedFile.put_up`)."""
         member = offer.member
         entry = {
             "key": offer.key,
@@ -198,7 +229,7 @@ class Offer:
             "kind": member.kind.value if member.kind else None,
             "assignments": dict(member.assignments),
         }
-        self._handle = post_locked(self.folder, self.name, self.path, json.dumps(entry))
+        self.put_up(json.dumps(entry))
 
     def claimed(self) -> bool:
         """Whether a task whose turn it was took this change into its job (ask once the turn is ours, or
@@ -211,28 +242,8 @@ class Offer:
         return self.settled_path.exists()
 
     def withdraw(self) -> None:
-        """Take the offer down, claimed or not; the lock goes with the file handle."""
-        for path in (self.path, self.claimed_path, self.settled_path):
-            with suppress(FileNotFoundError):
-                path.unlink()
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-
-
-def post_locked(folder: Path, name: str, path: Path, text: str = "") -> Any:
-    """Put ``text`` up at ``path`` in ``folder``, written whole and locked before it appears under its
-    name (never taken for a dead task's); the lock is held as long as the returned handle is open."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with suppress(PermissionError):
-        os.chmod(folder, 0o1777)
-    staging = folder / f".{name}.tmp"
-    handle = staging.open("w")
-    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-    handle.write(text)
-    handle.flush()
-    os.replace(staging, path)
-    return handle
+        """Take the offer down, claimed or not."""
+        self.take_down(self.claimed_path, self.settled_path)
 
 
 def claim(

@@ -396,7 +396,7 @@ def test_a_task_that_gets_the_turn_waits_for_an_arriving_task_and_applies_its_ch
     assert turn.folder is not None
     lock = lock_path(catalog_hook.catalog_config.properties["uri"], name)
     arrival = Arrival(turn.folder)
-    arrival.post()
+    arrival.put_up()
     offered_at: list[float] = []
 
     def offer_once_the_turn_is_taken() -> None:  # the arriving task's plan ends after the turn was taken
@@ -406,7 +406,7 @@ def test_a_task_that_gets_the_turn_waits_for_an_arriving_task_and_applies_its_ch
         assert turn.offer is not None
         assert turn.own is not None
         turn.offer.post(turn.own)
-        arrival.remove()
+        arrival.take_down()
         offered_at.append(time.monotonic())
 
     arriving = threading.Thread(target=offer_once_the_turn_is_taken, daemon=True)
@@ -415,7 +415,7 @@ def test_a_task_that_gets_the_turn_waits_for_an_arriving_task_and_applies_its_ch
         dag_run = run_dag(dag, table=name, customer=7)
     finally:
         arriving.join(timeout=300)
-        arrival.remove()
+        arrival.take_down()
         turn.offer.withdraw()
 
     assert offered_at, "the arriving task never saw the turn taken"
@@ -435,14 +435,14 @@ def test_the_wait_for_arriving_tasks_is_bounded_and_ignores_dead_ones(tmp_path: 
     assert list(folder.iterdir()) == []
 
     live = Arrival(folder)
-    live.post()
+    live.put_up()
     try:
         waited, most = wait_for_arrivals(folder, bound_s=0.3)
         assert most == 1
         assert 0.3 <= waited < 2.0
         assert len(list(folder.glob("*.arriving"))) == 1  # a live one stays
     finally:
-        live.remove()
+        live.take_down()
     assert wait_for_arrivals(folder, bound_s=5.0) == (pytest.approx(0.0, abs=0.5), 0)
     assert list(folder.iterdir()) == []
 

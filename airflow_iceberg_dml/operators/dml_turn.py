@@ -63,15 +63,15 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     def _arriving(self, run: JobRun) -> Iterator[None]:
         path = lock_path(run.catalog_hook.catalog_config.properties["uri"], self.table)
         self._arrival = Arrival(queue_folder(path))
-        self._arrival.post()
+        self._arrival.put_up()
         try:
             yield
         finally:
-            self._arrival.remove()
+            self._arrival.take_down()
 
     def group_offer(self, planned: JobPlan[int | None]) -> GroupOffer | None:
         if self._arrival is not None:  # the offer goes up next, or none does: either way, it has arrived
-            self._arrival.remove()
+            self._arrival.take_down()
         spec = planned.spec
         if not isinstance(spec, DmlSpec):
             return None
