@@ -30,7 +30,7 @@ NAMESPACE = "lineage-tests"
 PARAMETER_VALUES = ("order 1777", "PII-do-not-emit-5150")
 
 
-def _python(script: str, env: dict[str, str], timeout: float = 300) -> str:
+def _python(script: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
     completed = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         cwd=REPO,
@@ -41,7 +41,7 @@ def _python(script: str, env: dict[str, str], timeout: float = 300) -> str:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
-    return completed.stdout
+    return completed
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def lineage_run(spark, catalog_hook, airflow_db, tmp_path_factory):
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE,
     }
-    out = _python(
+    done = _python(
         f"""
         import json
         from tests.dags.lineage_test_dag import dag
@@ -64,7 +64,12 @@ def lineage_run(spark, catalog_hook, airflow_db, tmp_path_factory):
         """,
         env,
     )
-    (line,) = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, (
+        f"dag.test() printed {len(lines)} RESULT line(s); its stdout ended:\n{done.stdout[-3000:]}\n"
+        f"and its stderr:\n{done.stderr[-3000:]}"
+    )
+    (line,) = lines
     run = json.loads(line.removeprefix("RESULT "))
     raw = events_file.read_text()
     dag_run = SimpleNamespace(dag_id="lineage_test", run_id=run["run_id"])
@@ -348,5 +353,5 @@ def test_without_the_openlineage_provider_nothing_changes_and_nothing_fails():
               "openlineage" in sys.modules)
         """,
         {},
-    )
+    ).stdout
     assert out.split() == ["False", "{}", "True", "None", "False"]
