@@ -69,8 +69,7 @@ def lineage_run(spark, catalog_hook, airflow_db, tmp_path_factory):
         f"dag.test() printed {len(lines)} RESULT line(s); its stdout ended:\n{done.stdout[-3000:]}\n"
         f"and its stderr:\n{done.stderr[-3000:]}"
     )
-    (line,) = lines
-    run = json.loads(line.removeprefix("RESULT "))
+    run = json.loads(lines[0].removeprefix("RESULT "))
     raw = events_file.read_text()
     dag_run = SimpleNamespace(dag_id="lineage_test", run_id=run["run_id"])
     return SimpleNamespace(
