@@ -54,22 +54,24 @@ def lineage_run(spark, catalog_hook, airflow_db, tmp_path_factory):
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE,
     }
+    # The result goes to a file, not stdout: the one time it went missing (CI run 115), the process had
+    # exited 0 with no result line, and a file tells a dag.test() that never returned from lost output.
+    result_file = events_file.with_name("result.json")
     done = _python(
         f"""
-        import json
+        import json, pathlib
         from tests.dags.lineage_test_dag import dag
         dag_run = dag.test(run_conf={{"table": {name!r}}})
-        print("RESULT", json.dumps({{"run_id": dag_run.run_id,
+        pathlib.Path({str(result_file)!r}).write_text(json.dumps({{"run_id": dag_run.run_id,
                           "states": {{ti.task_id: ti.state for ti in dag_run.get_task_instances()}}}}))
         """,
         env,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, (
-        f"dag.test() printed {len(lines)} RESULT line(s); its stdout ended:\n{done.stdout[-3000:]}\n"
+    assert result_file.exists(), (
+        f"dag.test() did not return; its stdout ended:\n{done.stdout[-3000:]}\n"
         f"and its stderr:\n{done.stderr[-3000:]}"
     )
-    run = json.loads(lines[0].removeprefix("RESULT "))
+    run = json.loads(result_file.read_text())
     raw = events_file.read_text()
     dag_run = SimpleNamespace(dag_id="lineage_test", run_id=run["run_id"])
     return SimpleNamespace(
