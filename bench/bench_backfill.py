@@ -20,7 +20,9 @@ machine's peak memory in use (sampled every second, minus what was in use before
 started), how busy the machine's cores were (every process's CPU time, and the warm engine's server's,
 over the backfill's wall time) and each process's CPU seconds per change (``bench/cpu_use.py``: the
 engine's server, the scheduler, the executor's workers, the task processes, the API server, the DAG
-processor, PostgreSQL, the rest), and for the warm engine where a task's time went
+processor, PostgreSQL, the rest), the warm engine's server's CPU per commit split by the JVM's threads
+that spent it (Spark's tasks, the JIT compilers, garbage collection, the driver), and for the warm
+engine where a task's time went
 (``bench/task_phases.py``: medians of startup, planning, the wait for the turn, the session, the job and
 the rest, from the task logs; the time between two commits, and a job's checks and count against its
 statement and commit; how long a group's last task took to end after the commit that applied its
@@ -60,7 +62,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import REPO, commit_sizes, log, markdown_table, write_results
-from bench.cpu_use import ROLE_LABELS, CpuUse, per_change, postmaster_pid
+from bench.cpu_use import ROLE_LABELS, SERVER_PARTS, CpuUse, per_change, postmaster_pid
 from bench.deployment import (
     AirflowDeployment,
     DeploymentError,
@@ -365,6 +367,7 @@ def main(argv: list[str]) -> None:
         chain_table,
         cpu_table,
         cpu_per_change_table,
+        engine_threads_table,
         slots_table,
         slot_use_table,
         requests_table,
@@ -513,6 +516,35 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
             ]
             for row in rows
             if "machine_cpu_share" in row
+        ],
+    )
+
+
+#: The JVM's threads that spent the server's CPU (bench/cpu_use.py SERVER_PARTS), as a table names them.
+PARTS = {"tasks": "Spark's tasks", "jit": "JIT compilers", "gc": "garbage collection", "driver": "the driver"}
+
+
+def engine_threads_table(rows: list[dict[str, Any]]) -> str:
+    """The warm engine's server's CPU per commit, and its shares by the JVM's threads that spent it."""
+    return markdown_table(
+        [
+            "max active runs",
+            "commits",
+            "the server's CPU per commit",
+            *(f"of it, {PARTS[p]}" for p in SERVER_PARTS),
+        ],
+        [
+            [
+                str(row["max_active_runs"]),
+                str(row["commits"]),
+                f"{row['cpu_seconds']['engine'] / max(row['commits'], 1):.2f} s",
+                *(
+                    f"{row['engine_cpu_seconds'][part] / max(row['cpu_seconds']['engine'], 1e-9):.0%}"
+                    for part in SERVER_PARTS
+                ),
+            ]
+            for row in rows
+            if "engine_cpu_seconds" in row
         ],
     )
 

@@ -31,11 +31,12 @@ import logging
 import statistics
 import tempfile
 import time
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.common import log, markdown_table, process_tree_cpu_seconds, write_results
+from bench.cpu_use import PART_LABELS, SERVER_PARTS, server_parts, thread_cpu_seconds
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,20 +52,6 @@ WAYS = ("spark", "file")
 LABELS = {"spark": "Spark SQL", "file": "metadata file"}
 #: What each job reports (seconds); the results keep the median of each.
 MEASURES = ("job_s", "checks_s", "statement_s", "server_cpu_s")
-#: The JVM's threads that are not the driver's, by the start of their names (Linux keeps 15 characters).
-THREAD_KINDS = {
-    "tasks": ("Executor task l",),
-    "jit": ("C1 CompilerThre", "C2 CompilerThre"),
-    "gc": ("GC Thread", "G1 ", "VM Thread"),
-}
-#: Where the server's CPU went: those kinds, then the driver (every other thread, and the ones gone).
-SERVER_PARTS = (*THREAD_KINDS, "driver")
-PART_LABELS = {
-    "tasks": "Spark's tasks (reading and writing the files)",
-    "jit": "the JIT compilers (C1 and C2)",
-    "gc": "garbage collection (and the VM thread's safepoints)",
-    "driver": "the driver (each statement's parsing, analysis, planning, scheduling, commit; RPCs)",
-}
 
 
 def group_spec(first: dt.date) -> DmlSpec:
@@ -99,39 +86,6 @@ def group_spec(first: dt.date) -> DmlSpec:
         snapshot_properties=lead.summary_properties(try_number=1),
         group=updates + deletes,
     )
-
-
-def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:
-    """Thread id to (kind in THREAD_KINDS, or "driver"; CPU seconds) for each live thread of process
-    ``pid`` and its descendants: psutil's times, and the thread's name from Linux's ``/proc``."""
-    import psutil
-
-    threads: dict[int, tuple[str, float]] = {}
-    with suppress(psutil.Error):
-        root = psutil.Process(pid)
-        for process in [root, *root.children(recursive=True)]:
-            with suppress(psutil.Error):
-                for thread in process.threads():
-                    with suppress(OSError):  # gone since
-                        name = Path(f"/proc/{process.pid}/task/{thread.id}/comm").read_text().strip()
-                        kind = next(
-                            (k for k, starts in THREAD_KINDS.items() if name.startswith(starts)), "driver"
-                        )
-                        threads[thread.id] = (kind, thread.user_time + thread.system_time)
-    return threads
-
-
-def server_parts(
-    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], total: float
-) -> dict[str, float]:
-    """``total`` CPU seconds split by SERVER_PARTS between two readings of :func:`thread_cpu_seconds`: a
-    thread born between them counts from zero; what the threads gone meanwhile spent is the driver's
-    (the server's operations run each on a thread of its own)."""
-    parts = dict.fromkeys(THREAD_KINDS, 0.0)
-    for thread, (kind, seconds) in after.items():
-        if kind in parts:
-            parts[kind] += seconds - before.get(thread, (kind, 0.0))[1]
-    return {**parts, "driver": total - sum(parts.values())}
 
 
 def grouped_job(

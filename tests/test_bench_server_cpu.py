@@ -1,15 +1,18 @@
-"""The grouped-job benchmark's split of the server's CPU by the JVM's threads (bench/bench_group_job.py)."""
+"""The split of the warm engine's CPU by the JVM's threads (bench/cpu_use.py), which the grouped-job and
+backfill benchmarks report."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.bench_group_job import SERVER_PARTS, server_parts, thread_cpu_seconds
+from bench.cpu_use import SERVER_PARTS, ThreadCpu, server_parts, thread_cpu_seconds
 
 
 def test_a_thread_born_between_readings_counts_from_zero_and_one_gone_is_the_drivers() -> None:
@@ -50,3 +53,43 @@ def test_threads_of_a_live_process_are_read_by_name_and_time() -> None:
     assert kind == "tasks"
     assert seconds >= 0.2
     assert after[os.getpid()][0] == "driver"  # the main thread: none of the named kinds
+
+
+#: A process that, once told to on its stdin, burns 0.3 s of CPU on a thread named as the JVM names a
+#: compiler thread, says so when that thread has ended, and lives on until killed.
+RETIRED_COMPILER = """
+import sys, threading, time
+def burn():
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm:
+        comm.write("C2 CompilerThread3")
+    deadline = time.thread_time() + 0.3
+    while time.thread_time() < deadline:
+        pass
+sys.stdin.readline()
+compiler = threading.Thread(target=burn)
+compiler.start()
+compiler.join()
+print(compiler.native_id, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_thread_that_ended_between_the_start_and_the_stop_keeps_what_it_spent() -> None:
+    # The JVM retires compiler threads that have nothing to compile; what they spent is still the JIT's.
+    process = subprocess.Popen(
+        [sys.executable, "-c", RETIRED_COMPILER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        threads = ThreadCpu(process.pid, every_s=0.05)
+        assert process.stdin
+        assert process.stdout
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        compiler = int(process.stdout.readline())
+        parts = threads.stop(total=10.0)
+        assert compiler not in thread_cpu_seconds(process.pid)  # gone at the stop's own reading
+    finally:
+        process.kill()
+        process.wait()
+    assert parts["jit"] >= 0.2
+    assert parts["driver"] == pytest.approx(10.0 - parts["jit"] - parts["tasks"] - parts["gc"])
