@@ -16,7 +16,8 @@ worker's children, and those still running count as processes of their own. The 
 
 The engine's server's CPU is also split by the JVM threads that spent it (:data:`SERVER_PARTS`: Spark's
 tasks, the JIT compilers, garbage collection, the driver), its threads read every second
-(:class:`ThreadCpu`): a thread that ends between two readings keeps what it had spent at the last.
+(:class:`ThreadCpu`): a thread that ends between two readings keeps what it had spent at the last. The
+readings' own CPU (about 5 ms per 40 threads read) counts in ``other``, a few milliseconds per change.
 """
 
 from __future__ import annotations
