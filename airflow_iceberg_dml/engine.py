@@ -223,9 +223,9 @@ def start(
 
     ``catalog`` defaults to the embedded one under ``home``; ``warm`` runs a catalog query and a small
     DELETE and UPDATE on a scratch table first, so that the first task does not pay for loading
-    Iceberg's classes, then ``warm_rounds`` rounds of a grouped change's statements, so that the first
-    changes do not run while the JVM compiles their code (:mod:`.engine_warmup`). ``supervise`` runs the
-    server under :mod:`.engine_supervisor`, which starts it again when it dies.
+    Iceberg's classes, then ``warm_rounds`` rounds of the package's own jobs of a grouped change, so that
+    the first changes do not run while the JVM compiles their code (:mod:`.engine_warmup`).
+    ``supervise`` runs the server under :mod:`.engine_supervisor`, which starts it again when it dies.
     """
     folder = engine_dir(home)
     running = read_state(folder)
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=WARM_ROUNDS,
         metavar="N",
-        help=f"rounds of a grouped change's statements the warm-up runs (default {WARM_ROUNDS}; 0: load the "
+        help=f"rounds of a grouped change's jobs the warm-up runs (default {WARM_ROUNDS}; 0: load the "
         "classes only)",
     )
     parser.add_argument(

@@ -3,10 +3,12 @@
 A server's first row-level change pays for loading Iceberg's read, write and delete code (seconds), and
 its first few dozen run slower than later ones while the JVM compiles the code they run. The warm-up
 pays both before any task waits on the engine: one DELETE and UPDATE (the classes loaded), then
-``rounds`` rounds of the statements a grouped change runs (a refresh and a read of the table's refs,
-a count of each predicate's rows at the head snapshot, a no-match probe, a MERGE of a DELETE and an
-UPDATE, a DELETE), on a table shaped as a backfill's (dates, decimals, strings, partitioned by a string
-and a year, merge-on-read: the JVM compiles the code of the readers, writers and plans the tasks run).
+``rounds`` rounds of the package's own jobs, as a backfill's tasks run them (their checks of ``where``
+and ``set``, the constant-predicate check, the count of each change's rows, the commit and finding it):
+a grouped change (an UPDATE that applies a DELETE in one MERGE), a DELETE of rows in every file and a
+DELETE that matches nothing, on a table shaped as a backfill's (dates, decimals, strings, partitioned by
+a string and a year, merge-on-read: the JVM compiles the code of the readers, writers and plans the
+tasks run).
 ``python -m bench warm_up`` measures what the rounds save the first changes after a start.
 
 The scratch table lives in a catalog registered for the warm-up's session only, a Hadoop catalog under
@@ -16,22 +18,24 @@ the engine's folder, and is dropped with its files at the end: the users' catalo
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.hooks.spark_connect import connect_session
-from airflow_iceberg_dml.jobs.dml_impact import any_match, counts_by_change, rows_at
-from airflow_iceberg_dml.jobs.runner import functions as runner_functions
 from airflow_iceberg_dml.jobs.table_state import TableState
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.engine import EngineState
+    from airflow_iceberg_dml.specs.record import JobRecord
 
 #: Rounds ``engine start`` runs by default (8 add about 16 s to a start on two cores: bench warm_up).
 WARM_ROUNDS = 8
@@ -40,6 +44,8 @@ SCRATCH_NAME = "w.t"
 SCRATCH_TABLE = f"{SCRATCH_CATALOG}.{SCRATCH_NAME}"
 #: Rows of the scratch table: enough for the per-row code to be compiled, small enough to write fast.
 SCRATCH_ROWS = 20_000
+#: The DAG id the warm-up's changes carry in their run keys (the scratch table's commits only).
+WARMUP_DAG_ID = "airflow_iceberg_dml_engine_warm_up"
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,9 @@ class WarmUp:
     """The scratch table's head snapshot and its ancestors before it was dropped: its first write, the
     DELETE and UPDATE, and two per round (the MERGE and the DELETE)."""
     seconds: float
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    """How the rounds' jobs ended (:class:`~airflow_iceberg_dml.specs.record.Outcome`), and how many:
+    two committed and one no-op a round."""
 
 
 def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
@@ -61,6 +70,9 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
     only loses a head start.
     """
     started = time.monotonic()
+    # The jobs' constant-predicate check is an analysis error for every predicate that reads a column;
+    # PySpark would log each as a page of JSON (the Connect hook silences it for its jobs the same way).
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     with connect_session(state.url, unreachable_s=0) as spark:
         spark.sql(sql.show_namespaces(state.catalog)).collect()
         spark.conf.set(f"spark.sql.catalog.{SCRATCH_CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
@@ -71,29 +83,47 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
         spark.sql(sql.warmup_rows(SCRATCH_ROWS)).writeTo(SCRATCH_TABLE).append()
         for statement in sql.warmup_changes(SCRATCH_TABLE):
             spark.sql(statement).collect()
-        # The jobs' own reads of a table, as spark-submit's driver runs them (a Connect session has the
-        # same API; the Connect hook hands one to the jobs the same way).
+        outcomes = Counter(
+            str(record.outcome)
+            for number in range(rounds)
+            for record in _grouped_change(cast("SparkSession", spark), number)
+        )
         scratch = TableState(cast("SparkSession", spark), SCRATCH_CATALOG, SCRATCH_NAME)
-        for number in range(rounds):
-            _grouped_change(scratch, number)
         scratch.refresh()
         commits = len(list(scratch.history().back_from(scratch.head())))
         spark.sql(f"DROP TABLE {SCRATCH_TABLE} PURGE").collect()
-    return WarmUp(rounds, commits, time.monotonic() - started)
+    return WarmUp(rounds, commits, time.monotonic() - started, dict(outcomes))
 
 
-def _grouped_change(scratch: TableState, number: int) -> None:
-    """The statements of one grouped change (``jobs/dml_group``), each round on other rows."""
-    spark = scratch.spark
-    first = dt.date(2020, 1, 1) + dt.timedelta(days=2 * number)
-    deletes, updates = (f"day = DATE '{first + dt.timedelta(days=offset)}'" for offset in range(2))
+def _grouped_change(spark: SparkSession, number: int) -> list[JobRecord]:
+    """One round: the package's own jobs, as the tasks' run them (``jobs/dml``, ``jobs/dml_group``), each
+    round on other rows: an UPDATE of one day that applies a DELETE of the day before in its commit (a
+    MERGE), a DELETE of rows in every file, and a DELETE that matches nothing, which no file statistic
+    can tell (all is read, nothing committed). Their checks, counts and error paths are the tasks' too."""
+    from airflow_iceberg_dml.jobs.dml import DmlJob
+    from airflow_iceberg_dml.jobs.runner import log_to
+    from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey
+
+    # Days with rows: the third day on (the DELETE before the rounds emptied the second), two a round;
+    # the UPDATE's day is even-numbered, which that DELETE never empties.
+    first = dt.date(2020, 1, 1) + dt.timedelta(days=2 * number + 2)
     scattered = f"id % 97 = {number % 97}"  # rows in every file: neither % nor length() is pushed down
-    scratch.refresh()
-    at_head = rows_at(spark, SCRATCH_TABLE, cast("int", scratch.head()))
-    functions = runner_functions(spark)
-    counts_by_change(at_head, functions, [deletes, updates], ["delete", "update"]).collect()
-    # No row matches, and no file statistic can say so: all is read.
-    any_match(at_head, functions, f"{scattered} AND length(v) > 100").collect()
+
+    def spec(task: str, kind: JobKind, where: str, **more: Any) -> DmlSpec:
+        key = RunKey(WARMUP_DAG_ID, task, f"warm_up__{number}")
+        return DmlSpec(
+            kind=kind, catalog=SCRATCH_CATALOG, table=SCRATCH_NAME, where=where, run_key=key,
+            snapshot_properties=key.summary_properties(try_number=1), **more,
+        )  # fmt: skip
+
     assignments = {"amount": "CAST(round(amount * 1.01, 2) AS DECIMAL(15, 2))", "v": "'y'"}
-    spark.sql(sql.mixed_group_statement(SCRATCH_TABLE, deletes, updates, assignments)).collect()
-    spark.sql(sql.delete_statement(SCRATCH_TABLE, scattered)).collect()
+    removed = f"day = DATE '{first + dt.timedelta(days=1)}'"
+    delete = GroupMember(RunKey(WARMUP_DAG_ID, "remove", f"warm_up__{number}"), removed, JobKind.DELETE)
+    restate = f"day = DATE '{first}'"
+    jobs = (
+        spec("restate", JobKind.UPDATE, restate, assignments=assignments, group=(delete,)),
+        spec("scattered", JobKind.DELETE, scattered),
+        spec("nothing", JobKind.DELETE, f"{scattered} AND length(v) > 100"),
+    )
+    with log_to(lambda _line: None):  # the engine's start prints its own lines, not the jobs'
+        return [DmlJob(spark, job).run() for job in jobs]

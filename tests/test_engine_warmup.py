@@ -29,5 +29,8 @@ def test_warm_up_rounds_commit_on_a_scratch_table_that_is_dropped_with_its_files
     # Its first write, the DELETE and the UPDATE, then each round's MERGE and DELETE: the head's ancestry,
     # read from Iceberg's refs and snapshots tables before the drop.
     assert (done.rounds, done.commits) == (3, 3 + 2 * 3)
+    # Each round runs the package's own jobs, as tasks run them: the grouped MERGE and the DELETE commit,
+    # the DELETE that matches nothing commits nothing.
+    assert done.outcomes == {"committed": 2 * 3, "noop": 3}
     assert [path for path in (folder / "warmup").rglob("*") if path.is_file()] == []
     assert _listing(catalog_hook) == before
