@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.engine import EngineState
     from airflow_iceberg_dml.specs.record import JobRecord
 
-#: Rounds ``engine start`` runs by default (8 add about 16 s to a start on two cores: bench warm_up).
+#: Rounds ``engine start`` runs by default (8 add about 29 s to a start on two cores: bench warm_up).
 WARM_ROUNDS = 8
 SCRATCH_CATALOG = "iceberg_dml_warmup"
 SCRATCH_NAME = "w.t"
