@@ -97,7 +97,7 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
 
 def _grouped_change(spark: SparkSession, number: int) -> list[JobRecord]:
     """One round: the package's own jobs, as the tasks' run them (``jobs/dml``, ``jobs/dml_group``), each
-    round on other rows: an UPDATE of one day that applies a DELETE of the day before in its commit (a
+    round on other rows: an UPDATE of one day that applies a DELETE of the day after in its commit (a
     MERGE), a DELETE of rows in every file, and a DELETE that matches nothing, which no file statistic
     can tell (all is read, nothing committed). Their checks, counts and error paths are the tasks' too."""
     from airflow_iceberg_dml.jobs.dml import DmlJob
