@@ -18,7 +18,6 @@ the engine's folder, and is dropped with its files at the end: the users' catalo
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.hooks.spark_connect import connect_session
+from airflow_iceberg_dml.jobs.runner import log_to, quiet_analysis_errors
 from airflow_iceberg_dml.jobs.table_state import TableState
 
 if TYPE_CHECKING:
@@ -70,9 +70,7 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
     only loses a head start.
     """
     started = time.monotonic()
-    # The jobs' constant-predicate check is an analysis error for every predicate that reads a column;
-    # PySpark would log each as a page of JSON (the Connect hook silences it for its jobs the same way).
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    quiet_analysis_errors()  # the jobs' constant-predicate check fails, as intended, every round
     with connect_session(state.url, unreachable_s=0) as spark:
         spark.sql(sql.show_namespaces(state.catalog)).collect()
         spark.conf.set(f"spark.sql.catalog.{SCRATCH_CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
@@ -86,7 +84,7 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
         outcomes = Counter(
             str(record.outcome)
             for number in range(rounds)
-            for record in _grouped_change(cast("SparkSession", spark), number)
+            for record in _round(cast("SparkSession", spark), number)
         )
         scratch = TableState(cast("SparkSession", spark), SCRATCH_CATALOG, SCRATCH_NAME)
         scratch.refresh()
@@ -95,13 +93,12 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
     return WarmUp(rounds, commits, time.monotonic() - started, dict(outcomes))
 
 
-def _grouped_change(spark: SparkSession, number: int) -> list[JobRecord]:
+def _round(spark: SparkSession, number: int) -> list[JobRecord]:
     """One round: the package's own jobs, as the tasks' run them (``jobs/dml``, ``jobs/dml_group``), each
     round on other rows: an UPDATE of one day that applies a DELETE of the day after in its commit (a
     MERGE), a DELETE of rows in every file, and a DELETE that matches nothing, which no file statistic
     can tell (all is read, nothing committed). Their checks, counts and error paths are the tasks' too."""
     from airflow_iceberg_dml.jobs.dml import DmlJob
-    from airflow_iceberg_dml.jobs.runner import log_to
     from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey
 
     # Days with rows: the third day on (the DELETE before the rounds emptied the second), two a round;

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import logging
 import statistics
 import tempfile
 import time
@@ -180,10 +179,10 @@ def main(argv: list[str]) -> None:
     from airflow_iceberg_dml import engine
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.jobs.runner import quiet_analysis_errors
     from bench.deployment import free_port
 
-    # PySpark logs each analysis error as a page of JSON; the job's constant-predicate probe makes one.
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    quiet_analysis_errors()
     hook = IcebergCatalogHook("iceberg_default")
     create_orders_table(hook.catalog, TABLE, scale)
     home = Path(tempfile.mkdtemp(prefix="bench-group-job-"))

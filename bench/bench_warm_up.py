@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import logging
 import statistics
 import tempfile
 import time
@@ -81,8 +80,9 @@ def main(argv: list[str]) -> None:
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.jobs.runner import quiet_analysis_errors
 
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    quiet_analysis_errors()
     hook = IcebergCatalogHook("iceberg_default")
     create_orders_table(hook.catalog, TABLE, "0.1")
     measured: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}

@@ -9,7 +9,6 @@ trials, which deletes the files they wrote; expiring takes seconds, so not after
 
 from __future__ import annotations
 
-import logging
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -82,8 +81,9 @@ def local_session(hook: IcebergCatalogHook, app_name: str) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    # As in the job's main(): PySpark logs every analysis error the job catches as a page of JSON.
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    from airflow_iceberg_dml.jobs.runner import quiet_analysis_errors
+
+    quiet_analysis_errors()
     return session
 
 

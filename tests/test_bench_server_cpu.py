@@ -92,4 +92,5 @@ def test_a_thread_that_ended_between_the_start_and_the_stop_keeps_what_it_spent(
         process.kill()
         process.wait()
     assert parts["jit"] >= 0.2
-    assert parts["driver"] == pytest.approx(10.0 - parts["jit"] - parts["tasks"] - parts["gc"])
+    assert (parts["tasks"], parts["gc"]) == (0.0, 0.0)  # the process's other threads are the driver's
+    assert parts["driver"] == pytest.approx(10.0 - parts["jit"])

@@ -20,7 +20,6 @@ line or returned.
 from __future__ import annotations
 
 import importlib
-import logging
 import socket
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -242,12 +241,11 @@ class IcebergSparkConnectHook(BaseHook):
         ``on_started`` is told the session (:class:`ConnectSession` as JSON) once it exists, for a
         later try to :meth:`reattach`; an error it raises is logged, not raised.
         """
-        from airflow_iceberg_dml.jobs.runner import log_to, lost_engine
+        from airflow_iceberg_dml.jobs.runner import log_to, lost_engine, quiet_analysis_errors
         from airflow_iceberg_dml.jobs.table_state import metadata_through
 
         run_spec = _job_runner(spec.application)
-        # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
-        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+        quiet_analysis_errors()
         url, server = self._url()
         budget = self.unreachable_timeout()
         self._check_reachable(server)

@@ -277,6 +277,12 @@ def _unclassified(error: Exception) -> IcebergDmlError:
     return SparkJobError(f"{type(error).__name__}: {first_line}")
 
 
+def quiet_analysis_errors() -> None:
+    """Silence PySpark's log of every analysis error (``SQLQueryContextLogger``, a page of JSON each): the
+    jobs report them in one line themselves, and some are expected (the constant-predicate check)."""
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+
+
 def run_main(
     argv: list[str],
     read_spec: Callable[[str], Spec],
@@ -286,8 +292,7 @@ def run_main(
     """``spark-submit <job>.py <spec.json>``: read the spec, run it, leave the record; 1 when it failed."""
     from pyspark.sql import SparkSession
 
-    # PySpark logs every analysis error as a page of JSON; the jobs report them in one line themselves.
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    quiet_analysis_errors()
     if len(argv) != 1:
         print(f"usage: spark-submit {Path(sys.argv[0]).name} <spec.json>", file=sys.stderr)
         return 2
