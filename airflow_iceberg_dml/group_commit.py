@@ -21,6 +21,8 @@ waits: a claim takes only offers whose lock is held, so a task that died waiting
 and its offer is removed. A claimed task whose change is not in the table when its turn comes (the
 claiming task failed, or its job left the change out) runs its change itself. What a killed task
 leaves in the folder (its claimed offer, or a staging file it never put up) is removed by a later claim.
+A claiming job that commits nothing (its own change matches no row) puts the claimed offers back on
+offer: the next task whose turn it is claims them, rather than each applying its change alone.
 
 Once the claiming job has committed, the claimed offers are marked *settled*: their tasks stop waiting
 for a turn they no longer need, read their rows from the commit without it, and end. Only a settled
@@ -310,15 +312,17 @@ class _Mix:
             self.deletes.append(member.where)
 
 
-def settle(folder: Path, members: list[GroupMember]) -> None:
-    """Tell the tasks whose changes ``members`` are that the claiming job ended well: their claimed
-    offers are marked settled, and they stop waiting for a turn (call it while holding the turn)."""
+def settle(folder: Path, members: list[GroupMember], *, committed: bool = True) -> None:
+    """Tell the tasks whose changes ``members`` are that the claiming job ended well (call it while
+    holding the turn). When it ``committed``, their claimed offers are marked settled, and they stop
+    waiting for a turn; when it committed nothing (its own change matched no row), no change of theirs
+    was applied: the offers go back on offer, for the next task whose turn it is to claim."""
     wanted = {member.run_key for member in members}
     for path in folder.glob("*.claimed"):
         member = _member(path)
         if member is not None and member.run_key in wanted:
             with suppress(FileNotFoundError):  # withdrawn meanwhile: its task stopped waiting
-                os.replace(path, path.with_suffix(".settled"))
+                os.replace(path, path.with_suffix(".settled" if committed else ".json"))
 
 
 def _sweep(folder: Path) -> None:

@@ -502,6 +502,46 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     assert planned.spec == late_spec  # its own change, nothing else in it
 
 
+def test_a_real_task_whose_change_matches_no_row_puts_the_claimed_change_back_on_offer(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """A claiming task whose own change matches no row (one the files' statistics cannot rule out: its
+    rows were deleted before) commits nothing; the change it claimed goes back on offer, and the next
+    task whose turn it is applies it with its own, in one commit."""
+    from tests.dags.group_commit_test_dag import dag
+
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_handed_back"))
+    DmlJob(spark, _spec(name, "customer_id = 50", _key(30))).run()  # the remediation ran once already
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    member_key = RunKey("group_commit_test", "delete", "manual__handed_back", -1)
+    _, _, turn = _offer_a_waiting_delete(catalog_hook, table, member_key, before)
+    assert turn.offer is not None
+
+    nothing = run_dag(dag, table=name, customer=50)
+
+    assert task_states(nothing) == {"delete": "success"}
+    assert xcom_result(nothing, "delete")["noop"] is True
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == before
+    assert not turn.offer.claimed()  # on offer again, neither claimed nor settled
+    assert turn.offer.path.exists()
+
+    dag_run = run_dag(dag, table=name, customer=7)
+
+    assert turn.offer.settled()
+    turn.offer.withdraw()
+    assert task_states(dag_run) == {"delete": "success"}
+    result = xcom_result(dag_run, "delete")
+    assert (result["rows_deleted"], result["group_size"]) == (_matching(table, "customer_id", [7]), 2)
+    after = load(catalog_hook, name)
+    assert after.current_snapshot().parent_snapshot_id == before  # one commit for both
+    assert after.scan().to_arrow().num_rows == table.scan().to_arrow().num_rows - _matching(
+        table, "customer_id", [7, 8]
+    )
+    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8, 50} == set()
+
+
 def test_a_task_with_group_commit_off_neither_claims_a_waiting_change_nor_offers_its_own(
     spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
 ) -> None:

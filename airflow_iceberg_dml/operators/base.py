@@ -49,7 +49,7 @@ from airflow_iceberg_dml.group_commit import GroupOffer, Offer, queue_folder, se
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
-from airflow_iceberg_dml.spec import RunKey
+from airflow_iceberg_dml.spec import Outcome, RunKey
 from airflow_iceberg_dml.sql import is_template, split_table_name
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path, table_turn
 
@@ -118,10 +118,10 @@ class Turn:
         if self.folder is not None and self.own is not None:
             self.offer = Offer(self.folder)
 
-    def settle(self) -> None:
-        """The job ended well: the tasks whose changes it claimed stop waiting for their turn."""
+    def settle(self, *, committed: bool) -> None:
+        """The job ended well, with a commit or none: what it claimed is settled (group_commit.settle)."""
         if self.folder is not None and self.claimed:
-            settle(self.folder, self.claimed)
+            settle(self.folder, self.claimed, committed=committed)
 
 
 @dataclass
@@ -263,7 +263,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
                     return ready
                 if turn.held:
                     record = self._submit(ready.spec, run, store)
-                    turn.settle()
+                    turn.settle(committed=record is not None and record.outcome is Outcome.COMMITTED)
             if turn.held:  # the turn covers the job only: the table is read back outside it
                 return self.collect(run, ready, record)
         raise AssertionError("a turn taken without an offer is always held")
