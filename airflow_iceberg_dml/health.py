@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.health_assess import assess, expirable_snapshots
+from airflow_iceberg_dml.health_cache import shared_file_entries
 from airflow_iceberg_dml.health_report import (
     DEFAULT_MAX_SNAPSHOT_AGE_MS,
     DEFAULT_MIN_SNAPSHOTS_TO_KEEP,
@@ -146,14 +147,15 @@ def table_health(
 
     :param retention: Expiry settings to count expirable snapshots with; the table's own
         (``history.expire.*``) when None.
-    :param read_manifests: Read the manifests for small files and per-partition delete ratios;
-        when False only the snapshot summary is used (no file beyond metadata.json is read).
+    :param read_manifests: Read the manifests for small files and per-partition delete ratios (once
+        per snapshot for the tasks of a host: :mod:`.health_cache`); when False only the snapshot
+        summary is used (no file beyond metadata.json is read).
     """
     started = time.perf_counter()
     now = now or datetime.now(tz=UTC)
     snapshot = table.current_snapshot()
     summary = summary_of(snapshot)
-    entries, manifests = file_entries(table) if read_manifests else (None, None)
+    entries, manifests = shared_file_entries(table, file_entries) if read_manifests else (None, None)
     metadata = table.metadata
     report = assess(
         table=".".join(table.name()),
