@@ -11,7 +11,9 @@ DELETEs waiting for their turn (one MERGE, one commit), run as the operator runs
 
 Reported per way, medians over the trials: the start's seconds (until ``start`` returned), the first six
 jobs' and the next six jobs' mean seconds, and the twelve jobs' server CPU seconds; then the twelve
-jobs' time with rounds against with the classes only, measured in the same run.
+jobs' time with rounds against with the classes only, measured in the same run. Last, the classes the
+server's JVM loaded while the twelve jobs ran (its ``-Xlog:class+load`` log, which the JVM writes as it
+loads them), by the code they belong to: a class loaded then is code that the start did not run.
 
 ``python -m bench warm_up [--quick] [--trials 2]``
 """
@@ -35,6 +37,17 @@ if TYPE_CHECKING:
 JOBS = 12
 WAYS = ("classes", "rounds")
 LABELS = {"classes": "classes loaded only", "rounds": "warm-up rounds"}
+#: The code a loaded class belongs to, by the first prefix of its name that matches (in this order).
+GENERATED = "generated"
+CLASS_GROUPS = (
+    (GENERATED, ("org.apache.spark.sql.catalyst.expressions.GeneratedClass",)),
+    ("Spark Connect", ("org.apache.spark.sql.connect.", "org.sparkproject.connect.")),
+    ("Iceberg", ("org.apache.iceberg.",)),
+    ("Spark SQL", ("org.apache.spark.sql.",)),
+    ("the rest of Spark", ("org.apache.spark.", "org.sparkproject.")),
+    ("the JDK", ("java.", "javax.", "jdk.", "sun.", "com.sun.")),
+)
+OTHER = "other libraries"
 
 
 def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, Any]:
@@ -45,29 +58,61 @@ def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, A
     from bench.deployment import free_port
 
     home = Path(tempfile.mkdtemp(prefix="bench-warm-up-"))
+    class_log = home / "classes.log"
+    conf = {"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={class_log}"}
     started = time.perf_counter()
-    state = engine.start(home=home, port=free_port(), catalog=hook.catalog_config, warm_rounds=rounds)
+    state = engine.start(
+        home=home, port=free_port(), catalog=hook.catalog_config, conf=conf, warm_rounds=rounds
+    )
     start_s = time.perf_counter() - started
     jobs: list[dict[str, float]] = []
     try:
         pid = engine.server_pid(state, engine.engine_dir(home))
         spark = SparkSession.builder.remote(state.url).getOrCreate()
         try:
+            loaded_before = class_log.stat().st_size
             for number in range(JOBS):
                 day = first + dt.timedelta(days=5 * number)
                 jobs.append(grouped_job(spark, hook, day, hook.catalog_config, pid))
+            with class_log.open("rb") as log_file:
+                log_file.seek(loaded_before)
+                loaded = log_file.read(class_log.stat().st_size - loaded_before).decode()
         finally:
             spark.stop()  # before the server: a client left open waits for it
     finally:
         engine.stop(home)
     half = JOBS // 2
     return {
+        "classes_loaded": class_groups(loaded),
+        "classes_loaded_not_generated": sorted(
+            name for name in class_names(loaded) if group_of(name) != GENERATED
+        ),
         "start_s": start_s,
         "first_jobs_s": statistics.mean(job["job_s"] for job in jobs[:half]),
         "next_jobs_s": statistics.mean(job["job_s"] for job in jobs[half:]),
         "jobs_s": sum(job["job_s"] for job in jobs),
         "jobs_server_cpu_s": sum(job["server_cpu_s"] for job in jobs),
     }
+
+
+def class_names(log_text: str) -> list[str]:
+    """The classes the lines of a JVM's ``class+load`` log loaded, in order (a line: ``[decorations]
+    <class name> source: <where from>``)."""
+    return [words[0] for line in log_text.splitlines() if (words := line.split("] ", 1)[-1].split())]
+
+
+def group_of(name: str) -> str:
+    """The code the class ``name`` belongs to: the first of :data:`CLASS_GROUPS` it matches, else
+    :data:`OTHER`."""
+    return next((group for group, prefixes in CLASS_GROUPS if name.startswith(prefixes)), OTHER)
+
+
+def class_groups(log_text: str) -> dict[str, int]:
+    """How many classes the lines of a JVM's ``class+load`` log loaded, by :data:`CLASS_GROUPS`."""
+    counts = dict.fromkeys([*(group for group, _ in CLASS_GROUPS), OTHER], 0)
+    for name in class_names(log_text):
+        counts[group_of(name)] += 1
+    return counts
 
 
 def main(argv: list[str]) -> None:
@@ -101,12 +146,20 @@ def main(argv: list[str]) -> None:
         way: {key: statistics.median(t[key] for t in runs) for key in keys} for way, runs in measured.items()
     }
     ratios = {key: result["rounds"][key] / result["classes"][key] for key in ("jobs_s", "jobs_server_cpu_s")}
+    groups = [*(group for group, _ in CLASS_GROUPS), OTHER]
+    classes = {
+        way: {group: statistics.median(t["classes_loaded"][group] for t in runs) for group in groups}
+        for way, runs in measured.items()
+    }
     payload = {
         "warm_rounds": WARM_ROUNDS,
         "jobs": JOBS,
         "trials": trials,
         "ways": result,
         "rounds_vs_classes": ratios,
+        "classes_loaded_by_the_jobs": classes,
+        # What the rounds leave for the jobs to load, besides generated code: the last trial's list.
+        "classes_the_jobs_loaded_after_the_rounds": measured["rounds"][-1]["classes_loaded_not_generated"],
     }
     write_results("warm_up", payload, quick=args.quick)
     print(
@@ -127,5 +180,19 @@ def main(argv: list[str]) -> None:
                 for way in WAYS
             ]
             + [["rounds / classes only", "", "", "", *(f"{ratio:.2f}x" for ratio in ratios.values())]],
+        )
+    )
+    print()
+    print(
+        markdown_table(
+            ["classes the 12 jobs loaded", *groups, "all"],
+            [
+                [
+                    LABELS[way] + (f" ({WARM_ROUNDS})" if way == "rounds" else ""),
+                    *(f"{classes[way][group]:g}" for group in groups),
+                    f"{sum(classes[way].values()):g}",
+                ]
+                for way in WAYS
+            ],
         )
     )
