@@ -81,9 +81,7 @@ def _load(path: Path) -> Entries | None:
         stored = json.loads(path.read_text())
         entries = [FileEntry(**{**entry, "kind": FileKind(entry["kind"])}) for entry in stored["entries"]]
         return entries, int(stored["manifests"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError):  # unreadable or from another version: read again
+    except (OSError, ValueError, KeyError, TypeError):  # none, unreadable or of another version: read again
         return None
 
 

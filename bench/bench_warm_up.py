@@ -48,6 +48,7 @@ CLASS_GROUPS = (
     ("the JDK", ("java.", "javax.", "jdk.", "sun.", "com.sun.")),
 )
 OTHER = "other libraries"
+GROUP_NAMES = [*(group for group, _ in CLASS_GROUPS), OTHER]
 
 
 def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def group_of(name: str) -> str:
 
 def class_groups(log_text: str) -> dict[str, int]:
     """How many classes the lines of a JVM's ``class+load`` log loaded, by :data:`CLASS_GROUPS`."""
-    counts = dict.fromkeys([*(group for group, _ in CLASS_GROUPS), OTHER], 0)
+    counts = dict.fromkeys(GROUP_NAMES, 0)
     for name in class_names(log_text):
         counts[group_of(name)] += 1
     return counts
@@ -146,9 +147,8 @@ def main(argv: list[str]) -> None:
         way: {key: statistics.median(t[key] for t in runs) for key in keys} for way, runs in measured.items()
     }
     ratios = {key: result["rounds"][key] / result["classes"][key] for key in ("jobs_s", "jobs_server_cpu_s")}
-    groups = [*(group for group, _ in CLASS_GROUPS), OTHER]
     classes = {
-        way: {group: statistics.median(t["classes_loaded"][group] for t in runs) for group in groups}
+        way: {group: statistics.median(t["classes_loaded"][group] for t in runs) for group in GROUP_NAMES}
         for way, runs in measured.items()
     }
     payload = {
@@ -185,11 +185,11 @@ def main(argv: list[str]) -> None:
     print()
     print(
         markdown_table(
-            ["classes the 12 jobs loaded", *groups, "all"],
+            ["classes the 12 jobs loaded", *GROUP_NAMES, "all"],
             [
                 [
                     LABELS[way] + (f" ({WARM_ROUNDS})" if way == "rounds" else ""),
-                    *(f"{classes[way][group]:g}" for group in groups),
+                    *(f"{classes[way][group]:g}" for group in GROUP_NAMES),
                     f"{sum(classes[way].values()):g}",
                 ]
                 for way in WAYS

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -52,6 +53,13 @@ def _append(table: Table, number: int) -> None:
     table.append(pa.table({"id": pa.array(ids, pa.int64()), "status": [("O", "F", "P")[i % 3] for i in ids]}))
 
 
+@pytest.fixture
+def locks(tmp_path: Path, monkeypatch: Any) -> Path:
+    """This test's lock folder, as every task of a host shares one; the snapshots' files go in it."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    return tmp_path / "locks" / FOLDER
+
+
 class _Reads:
     """``file_entries``, counting its calls."""
 
@@ -85,7 +93,7 @@ def test_the_tasks_of_a_host_read_a_snapshots_manifests_once(tmp_path: Path) -> 
         entries, manifests = shared_file_entries(table, read)
         report = table_health(table)
         print(json.dumps({"reads": len(reads), "entries": len(entries), "manifests": manifests,
-                          "data_files": report.data_files}))
+                          "small_data_files": report.small_data_files}))
         """
     )
     env = {**os.environ, LOCK_FOLDER_ENV: str(locks)}
@@ -102,7 +110,7 @@ def test_the_tasks_of_a_host_read_a_snapshots_manifests_once(tmp_path: Path) -> 
 
     entries, manifests = file_entries(table)
     assert sum(result["reads"] for result in results) == 1  # one process read the manifests
-    found = {(result["entries"], result["manifests"], result["data_files"]) for result in results}
+    found = {(result["entries"], result["manifests"], result["small_data_files"]) for result in results}
     assert found == {(len(entries), manifests, 18)}
     assert manifests == 6
     (written,) = (locks / FOLDER).glob("*.json")
@@ -110,9 +118,8 @@ def test_the_tasks_of_a_host_read_a_snapshots_manifests_once(tmp_path: Path) -> 
 
 
 def test_the_same_entries_come_back_a_new_snapshot_is_read_anew_and_old_files_go(
-    tmp_path: Path, monkeypatch: Any
+    tmp_path: Path, locks: Path
 ) -> None:
-    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
     table = _table(tmp_path, appends=3)
     reads = _Reads()
 
@@ -120,10 +127,12 @@ def test_the_same_entries_come_back_a_new_snapshot_is_read_anew_and_old_files_go
     assert first == file_entries(table)
     assert shared_file_entries(table, reads) == first
     assert reads.count == 1
-    assert table_health(table).data_files == 9  # the report reads the same file
+    (old,) = locks.glob("*.json")
+    assert table_health(table).small_data_files == 9  # counted from the live files, not the summary
+    stored = json.loads(old.read_text())
+    old.write_text(json.dumps({**stored, "entries": stored["entries"][:1]}))
+    assert table_health(table).small_data_files == 1  # the report reads the file, not the manifests
 
-    folder = tmp_path / "locks" / FOLDER
-    (old,) = folder.glob("*.json")
     aged = time.time() - MAX_AGE_S - 1
     os.utime(old, (aged, aged))
     _append(table, 3)
@@ -132,18 +141,17 @@ def test_the_same_entries_come_back_a_new_snapshot_is_read_anew_and_old_files_go
     assert reads.count == 2
     assert second == file_entries(table)
     assert len(second[0]) == len(first[0]) + 3
-    assert old not in set(folder.iterdir())  # written more than MAX_AGE_S ago: removed
-    assert len(list(folder.glob("*.json"))) == 1
+    assert old not in set(locks.iterdir())  # written more than MAX_AGE_S ago: removed
+    assert len(list(locks.glob("*.json"))) == 1
 
 
 def test_a_file_that_cannot_be_read_back_is_replaced_by_a_read_of_the_manifests(
-    tmp_path: Path, monkeypatch: Any
+    tmp_path: Path, locks: Path
 ) -> None:
-    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
     table = _table(tmp_path, appends=2)
     reads = _Reads()
     shared_file_entries(table, reads)
-    (written,) = (tmp_path / "locks" / FOLDER).glob("*.json")
+    (written,) = locks.glob("*.json")
     written.write_text('{"manifests": 2, "entries": [{"kind": 7}]}')
 
     assert shared_file_entries(table, reads) == file_entries(table)
