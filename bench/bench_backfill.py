@@ -361,6 +361,7 @@ def main(argv: list[str]) -> None:
                 write_results("backfill", results, quick=args.quick)
     finally:
         engine.stop(engine_home)
+        shutil.rmtree(engine_home, ignore_errors=True)  # its logs and class logs: tens of MB a run
     reports = (
         table,
         phases_table,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -114,13 +115,16 @@ def main(argv: list[str]) -> None:
     trials = 1 if args.quick else args.trials
 
     folder = Path(tempfile.mkdtemp(prefix="bench-health-shared-"))
-    properties = _table(folder, args.manifests)
     measured: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
-    for trial in range(trials):
-        for way in WAYS if trial % 2 == 0 else WAYS[::-1]:
-            found = _trial(folder, properties, args.tasks, way)
-            measured[way].append(found)
-            log(f"health, {LABELS[way]}: CPU {found['cpu_s']:.3f} s, slowest {found['slowest_s']:.3f} s")
+    try:
+        properties = _table(folder, args.manifests)
+        for trial in range(trials):
+            for way in WAYS if trial % 2 == 0 else WAYS[::-1]:
+                found = _trial(folder, properties, args.tasks, way)
+                measured[way].append(found)
+                log(f"health, {LABELS[way]}: CPU {found['cpu_s']:.3f} s, slowest {found['slowest_s']:.3f} s")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # its table, catalog and lock folders
     result: dict[str, Any] = {
         way: {key: statistics.median(t[key] for t in runs) for key in ("cpu_s", "slowest_s", "manifests")}
         for way, runs in measured.items()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
 import statistics
 import tempfile
 import time
@@ -82,6 +83,7 @@ def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, A
             spark.stop()  # before the server: a client left open waits for it
     finally:
         engine.stop(home)
+        shutil.rmtree(home, ignore_errors=True)  # the class log was read above
     half = JOBS // 2
     return {
         "classes_loaded": class_groups(loaded),
