@@ -62,7 +62,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import REPO, commit_sizes, log, markdown_table, write_results
-from bench.cpu_use import ROLE_LABELS, SERVER_PARTS, CpuUse, per_change, postmaster_pid
+from bench.cpu_use import PART_HEADERS, ROLE_LABELS, SERVER_PARTS, CpuUse, per_change, postmaster_pid
 from bench.deployment import (
     AirflowDeployment,
     DeploymentError,
@@ -521,10 +521,6 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-#: The JVM's threads that spent the server's CPU (bench/cpu_use.py SERVER_PARTS), as a table names them.
-PARTS = {"tasks": "Spark's tasks", "jit": "JIT compilers", "gc": "garbage collection", "driver": "the driver"}
-
-
 def engine_threads_table(rows: list[dict[str, Any]]) -> str:
     """The warm engine's server's CPU per commit, and its shares by the JVM's threads that spent it."""
     return markdown_table(
@@ -532,7 +528,7 @@ def engine_threads_table(rows: list[dict[str, Any]]) -> str:
             "max active runs",
             "commits",
             "the server's CPU per commit",
-            *(f"of it, {PARTS[p]}" for p in SERVER_PARTS),
+            *(f"of it, {PART_HEADERS[p]}" for p in SERVER_PARTS),
         ],
         [
             [

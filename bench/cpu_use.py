@@ -53,6 +53,13 @@ PART_LABELS = {
     "gc": "garbage collection (and the VM thread's safepoints)",
     "driver": "the driver (each statement's parsing, analysis, planning, scheduling, commit; RPCs)",
 }
+#: The same, short, for a table's column headers.
+PART_HEADERS = {
+    "tasks": "Spark's tasks",
+    "jit": "JIT compilers",
+    "gc": "garbage collection",
+    "driver": "the driver",
+}
 
 
 def _own(process: Any) -> float:
