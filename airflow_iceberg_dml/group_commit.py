@@ -25,8 +25,10 @@ A claiming job that commits nothing (its own change matches no row) puts the cla
 offer: the next task whose turn it is claims them, rather than each applying its change alone.
 
 Once the claiming job has committed, the claimed offers are marked *settled*: their tasks stop waiting
-for a turn they no longer need, read their rows from the commit without it, and end. Only a settled
-task whose change the commit does not hold (the job left it out) waits for its turn, to apply it alone.
+for a turn they no longer need, read their rows from the commit without it, and end. A settled change
+that the job found matching no row says so, and its task ends as a no-op at the job's commit. Only a
+settled task whose change the commit does not hold for another reason (the job left it out) waits for
+its turn, to apply it alone.
 """
 
 from __future__ import annotations
@@ -35,133 +37,26 @@ import errno
 import fcntl
 import json
 import os
-import re
 import time
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, RunKey, SummaryKey, WriteMode
+from airflow_iceberg_dml.group_keys import GroupOffer, reads_any
+from airflow_iceberg_dml.spec import GroupMember, JobKind, Outcome, RunKey
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
     from pathlib import Path
 
-#: The table property that must say merge-on-read for DELETEs and UPDATEs to be mixed in one MERGE.
-MERGE_MODE = "write.merge.mode"
+    from airflow_iceberg_dml.spec import JobRecord
+
 #: At most this many changes in one commit (the claiming task's own included).
 MAX_GROUP = 32
-#: Summary entries that tell the tries of one run apart; every other entry must agree to group.
-_PER_RUN_KEYS = {
-    SummaryKey.DAG_ID,
-    SummaryKey.TASK_ID,
-    SummaryKey.RUN_ID,
-    SummaryKey.MAP_INDEX,
-    SummaryKey.TRY_NUMBER,
-}
-
-
-def group_key(spec: DmlSpec) -> str | None:
-    """What a change must share with others to be applied in one commit with them; None when it
-    cannot be grouped.
-
-    A change can be grouped when it is a plain merge-on-read DELETE or UPDATE with a run key and
-    exactly once: no dry run, guard, audit or expected snapshot (those are about one change's own
-    commit), and, for an UPDATE, no ``set`` column read by its predicate (applied together, the
-    changes must select the same rows as applied one after another).
-    """
-    shared = _shared(spec)
-    return None if shared is None else json.dumps(shared, sort_keys=True, default=str)
-
-
-def mix_key(spec: DmlSpec) -> str | None:
-    """What a change must share with changes of the other kind (DELETE with UPDATE) to be applied with
-    them in one MERGE; None when it cannot be mixed (it cannot be grouped, or it sets an isolation level,
-    which is the table's per kind)."""
-    shared = _shared(spec)
-    if shared is None or spec.commit_policy.isolation_level is not None:
-        return None
-    del shared["kind"], shared["assignments"]
-    return json.dumps(shared, sort_keys=True, default=str)
-
-
-def _shared(spec: DmlSpec) -> dict[str, Any] | None:
-    """What grouped changes must share (:func:`group_key`); None when ``spec`` cannot be grouped."""
-    if (
-        spec.dry_run
-        or spec.guards.active
-        or spec.audits.queries
-        or spec.expected_snapshot_id is not None
-        or spec.run_key is None
-        or not spec.commit_policy.exactly_once
-        or spec.write_mode is not WriteMode.MERGE_ON_READ
-        or spec.group
-    ):
-        return None
-    try:
-        where = bound_where(spec)
-        assignments = bound_assignments(spec)
-    except (KeyError, TypeError):  # the job names the problem when the change runs alone
-        return None
-    if spec.kind is JobKind.UPDATE and reads_any(where, assignments):
-        return None
-    return {
-        "kind": spec.kind.value,
-        "catalog": spec.catalog,
-        "table": spec.table,
-        "branch": spec.branch,
-        "assignments": assignments,
-        "commit_policy": [spec.commit_policy.conflict_retries, spec.commit_policy.isolation_level],
-        "snapshot_properties": {
-            key: value for key, value in spec.snapshot_properties.items() if key not in _PER_RUN_KEYS
-        },
-        "version": spec.version,
-    }
-
-
-@dataclass(frozen=True)
-class GroupOffer:
-    """What a waiting task puts on offer: its change, its :func:`group_key`, and its :func:`mix_key`
-    when its table's MERGE is merge-on-read (None: it joins changes of its own kind only)."""
-
-    key: str
-    member: GroupMember
-    mix: str | None = None
-
-
-def group_offer(spec: DmlSpec, *, merge_on_read_merge: bool) -> GroupOffer | None:
-    """``spec``'s offer (None when it cannot be grouped); mixable with the other kind when the table's
-    ``write.merge.mode`` is merge-on-read (``merge_on_read_merge``)."""
-    key = group_key(spec)
-    if key is None or spec.run_key is None:
-        return None
-    member = GroupMember(spec.run_key, bound_where(spec), spec.kind, bound_assignments(spec))
-    return GroupOffer(key, member, mix_key(spec) if merge_on_read_merge else None)
-
-
-def reads_any(where: str, columns: Iterable[str]) -> bool:
-    """Whether the predicate ``where`` reads any of ``columns`` (as a word: never a false no)."""
-    return any(_mentions(where, column) for column in columns)
-
-
-def bound_where(spec: DmlSpec) -> str:
-    """The change's predicate, its parameters bound (``KeyError``/``TypeError`` as in the job)."""
-    return sql.bind_parameters(spec.where, spec.parameters)
-
-
-def bound_assignments(spec: DmlSpec) -> dict[str, str]:
-    """The change's ``set`` expressions, their parameters bound (as :func:`bound_where`)."""
-    return {
-        column: sql.bind_parameters(expression, spec.parameters)
-        for column, expression in spec.assignments.items()
-    }
-
-
-def _mentions(text: str, column: str) -> bool:
-    """Whether ``column`` appears in ``text`` as a word (string literals included: never a false no)."""
-    return re.search(rf"(?<![\w$]){re.escape(column)}(?![\w$])", text, re.IGNORECASE) is not None
+#: In a committed job's record: the run keys of the claimed changes it found matching no row.
+UNMATCHED = "group_unmatched"
+#: In a settled offer: the claiming job's commit, when that job found no row matching the change.
+UNMATCHED_AT = "unmatched_at"
 
 
 def queue_folder(lock_file: Path) -> Path:
@@ -243,6 +138,17 @@ class Offer(LockedFile):
         applied the change, is in the table): no need to wait for a turn to find out."""
         return self.settled_path.exists()
 
+    def unmatched_at(self) -> int | None:
+        """The commit of the job that settled this change having found no row matching it (none would
+        after that commit either); None when it applied the change, left it out for another reason, or
+        has not settled it."""
+        try:
+            offer = json.loads(self.settled_path.read_text())
+        except (OSError, ValueError):
+            return None
+        snapshot_id = offer.get(UNMATCHED_AT) if isinstance(offer, dict) else None
+        return int(snapshot_id) if snapshot_id is not None else None
+
     def withdraw(self) -> None:
         """Take the offer down, claimed or not."""
         self.take_down(self.claimed_path, self.settled_path)
@@ -312,17 +218,35 @@ class _Mix:
             self.deletes.append(member.where)
 
 
-def settle(folder: Path, members: list[GroupMember], *, committed: bool = True) -> None:
-    """Tell the tasks whose changes ``members`` are that the claiming job ended well (call it while
-    holding the turn). When it ``committed``, their claimed offers are marked settled, and they stop
-    waiting for a turn; when it committed nothing (its own change matched no row), no change of theirs
-    was applied: the offers go back on offer, for the next task whose turn it is to claim."""
+def settle(folder: Path, members: list[GroupMember], record: JobRecord | None) -> None:
+    """Tell the tasks whose changes ``members`` are that the claiming job ended well, as its ``record``
+    says (call it while holding the turn). When it committed, their claimed offers are marked settled,
+    and they stop waiting for a turn; the offer of a change the job found matching no row also names
+    the job's commit (:meth:`Offer.unmatched_at`). When it committed nothing (its own change matched no
+    row), no change of theirs was applied: the offers go back on offer, for the next task whose turn it
+    is to claim. A job that ran remotely reports nothing: the offers go back on offer too."""
+    committed = record is not None and record.outcome is Outcome.COMMITTED
+    unmatched = unmatched_changes(record) if committed and record is not None else {}
     wanted = {member.run_key for member in members}
     for path in folder.glob("*.claimed"):
-        member = _member(path)
-        if member is not None and member.run_key in wanted:
-            with suppress(FileNotFoundError):  # withdrawn meanwhile: its task stopped waiting
-                os.replace(path, path.with_suffix(".settled" if committed else ".json"))
+        read = _read(path)
+        if read is None or read[1].run_key not in wanted:
+            continue
+        with suppress(FileNotFoundError):  # withdrawn meanwhile: its task stopped waiting
+            if read[1].run_key in unmatched:
+                with path.open("r+") as offer:  # its task reads it once it is settled, below
+                    offer.write(json.dumps({**read[0], UNMATCHED_AT: unmatched[read[1].run_key]}))
+                    offer.truncate()
+            os.replace(path, path.with_suffix(".settled" if committed else ".json"))
+
+
+def unmatched_changes(record: JobRecord) -> dict[RunKey, int]:
+    """The claimed changes a committed job found matching no row, each with the job's commit: the snapshot
+    at which the change, applied after the group's, would find no row either."""
+    entries = record.details.get(UNMATCHED) or []
+    if record.snapshot_id is None:
+        return {}
+    return {_run_key(entry): record.snapshot_id for entry in entries}
 
 
 def _sweep(folder: Path) -> None:
@@ -375,18 +299,11 @@ def _live_offer(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
     return _read(path)
 
 
-def _member(path: Path) -> GroupMember | None:
-    """The change of the offer at ``path`` (None: unreadable or gone)."""
-    read = _read(path)
-    return read[1] if read is not None else None
-
-
 def _read(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
     """The offer at ``path`` and its change (None: unreadable, or gone)."""
     try:
         offer = json.loads(path.read_text())
-        entry = offer["run_key"]
-        run_key = RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))
+        run_key = _run_key(offer["run_key"])
         kind = JobKind(offer["kind"]) if offer.get("kind") else None
         assignments = {
             str(column): str(value) for column, value in dict(offer.get("assignments") or {}).items()
@@ -396,3 +313,8 @@ def _read(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
         return None
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _run_key(entry: dict[str, Any]) -> RunKey:
+    """The run key of a group entry (:meth:`RunKey.group_entry`)."""
+    return RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))

@@ -27,16 +27,8 @@ import pytest
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
-from airflow_iceberg_dml.group_commit import (
-    GroupOffer,
-    Offer,
-    bound_where,
-    claim,
-    group_key,
-    held,
-    queue_folder,
-    settle,
-)
+from airflow_iceberg_dml.group_commit import UNMATCHED, Offer, claim, held, queue_folder, settle
+from airflow_iceberg_dml.group_keys import GroupOffer, bound_where, group_key
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
@@ -48,6 +40,7 @@ from airflow_iceberg_dml.spec import (
     GroupMember,
     Guards,
     JobKind,
+    JobRecord,
     Outcome,
     RunKey,
     SummaryKey,
@@ -164,9 +157,13 @@ def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_pat
     assert not other.claimed()
     assert claim(folder, "key-a") == [GroupMember(_key(4), "day = 4")]
     assert not any(offer.settled() for offer in same)
-    settle(folder, [GroupMember(_key(2), "day = 2"), GroupMember(_key(4), "day = 4")])  # the job ended well
+    # The job committed snapshot 12, having found no row matching day 4.
+    unmatched = {UNMATCHED: [_key(4).group_entry(0)]}
+    committed = JobRecord(outcome=Outcome.COMMITTED, snapshot_id=12, details=unmatched)
+    settle(folder, [GroupMember(_key(2), "day = 2"), GroupMember(_key(4), "day = 4")], committed)
     assert [offer.settled() for offer in same] == [True, False, True]
     assert all(offer.claimed() for offer in same)
+    assert [offer.unmatched_at() for offer in same] == [None, None, 12]
     for offer in [*same, other]:
         offer.withdraw()
     assert list(folder.iterdir()) == []
@@ -178,7 +175,8 @@ def _waiting_task(folder: Path, ready: Path, day: int) -> subprocess.Popen[bytes
         f"""
         import time
         from pathlib import Path
-        from airflow_iceberg_dml.group_commit import GroupOffer, Offer
+        from airflow_iceberg_dml.group_commit import Offer
+        from airflow_iceberg_dml.group_keys import GroupOffer
         from airflow_iceberg_dml.spec import GroupMember, RunKey
         offer = Offer(Path({str(folder)!r}))  # held: the lock lives as long as the offer's file handle
         offer.post(GroupOffer("key-a", GroupMember(RunKey("d", "t", "r{day}", -1), "day = {day}")))
@@ -274,6 +272,7 @@ def test_a_group_commit_applies_disjoint_deletes_in_one_commit_with_each_ones_ro
         assert run_key.matches(summary)
         assert run_key.group_rows(summary) == rows
     assert not _key(4).matches(summary)
+    assert record.details[UNMATCHED] == [_key(4).group_entry(0)]
     remaining = after.scan().to_arrow()
     gone = pc.or_(
         pc.is_in(arrow["customer_id"], value_set=pa.array([7, 8])),
@@ -542,6 +541,93 @@ def test_a_real_task_whose_change_matches_no_row_puts_the_claimed_change_back_on
     assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8, 50} == set()
 
 
+def _delete_tasks(
+    catalog_hook: Any, table: Table, before: int, customers: dict[RunKey, int]
+) -> tuple[dict[RunKey, Any], dict[RunKey, threading.Event], list[threading.Thread]]:
+    """A DELETE task per run key (of its customer's orders), each a thread that runs the operator from its
+    plan at ``before`` through its turn, as a worker would; to start while the test holds the turn. Their
+    results, the events set when each ends, and the threads."""
+    name = ".".join(table.name())
+    results: dict[RunKey, Any] = {}
+    ended = {run_key: threading.Event() for run_key in customers}
+
+    def task(run_key: RunKey, customer: int) -> None:
+        operator = IcebergDeleteOperator(
+            task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": customer}
+        )
+        context = task_context(run_key)
+        spec = operator.build_spec(context, table)
+        try:
+            results[run_key] = operator._run(JobRun(context, catalog_hook), None, JobPlan(spec, before))
+        finally:
+            ended[run_key].set()
+
+    threads = [threading.Thread(target=task, args=pair) for pair in customers.items()]
+    return results, ended, threads
+
+
+def _claim_the_offers(folder: Path, count: int) -> list[GroupMember]:
+    """Once ``count`` changes are on offer in ``folder``, claim them (the test holds the turn)."""
+    deadline = time.monotonic() + 60
+    while len(list(folder.glob("*.json"))) < count:
+        assert time.monotonic() < deadline, "the waiting tasks did not offer their changes"
+        time.sleep(0.05)
+    key = next(iter(json.loads(p.read_text())["key"] for p in folder.glob("*.json")))
+    members = claim(folder, key)
+    assert len(members) == count
+    return members
+
+
+def test_a_waiting_task_whose_change_the_claiming_job_found_matching_no_row_ends_as_a_no_op(
+    spark, catalog_hook, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """A remediation backfill's day with nothing left to fix, waiting while another day's change holds the
+    turn: the claiming job counts no row for it (its customer's rows were deleted before, which the files'
+    statistics cannot rule out), so its task ends as a no-op while the turn is still held, with no job and
+    no commit of its own, at the job's commit; the task whose change matched ends with its rows from the
+    commit."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_unmatched"))
+    DmlJob(spark, _spec(name, "customer_id = 50", _key(30))).run()  # fixed once already
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    path = lock_path(catalog_hook.catalog_config.properties["uri"], name)
+    folder = queue_folder(path)
+    applied, unmatched = _key(22), _key(23)
+    results, ended, threads = _delete_tasks(catalog_hook, table, before, {applied: 8, unmatched: 50})
+    with table_turn(path, "the claiming task", logging.getLogger("test")):
+        for thread in threads:
+            thread.start()
+        members = _claim_the_offers(folder, 2)
+        record = DmlJob(spark, _spec(name, "customer_id = 7", group=tuple(members))).run()
+        assert record.outcome is Outcome.COMMITTED
+        settle(folder, members, record)
+        assert ended[applied].wait(60), "the settled task still waits for the turn"
+        assert ended[unmatched].wait(60), "the task whose change matches no row still waits for the turn"
+    for thread in threads:
+        thread.join(60)
+
+    after = load(catalog_hook, name)
+    commit = after.current_snapshot()
+    assert commit.parent_snapshot_id == before  # the one commit: the claiming job's
+    assert applied.matches(_summary(after))
+    assert not unmatched.matches(_summary(after))  # not in the commit: nothing of it was applied
+    nothing = results[unmatched]
+    # A no-op at the group's commit: its change finds no row there either.
+    assert (nothing["noop"], nothing["rows_deleted"], nothing["snapshot_id"]) == (
+        True,
+        0,
+        str(commit.snapshot_id),
+    )
+    assert nothing["spark_app_id"] is None  # no job of its own
+    assert (results[applied]["rows_deleted"], results[applied]["snapshot_id"]) == (
+        _matching(table, "customer_id", [8]),
+        str(commit.snapshot_id),
+    )
+    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8, 50} == set()
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
 def test_a_task_with_group_commit_off_neither_claims_a_waiting_change_nor_offers_its_own(
     spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
 ) -> None:
@@ -643,37 +729,16 @@ def test_a_waiting_task_whose_change_a_commit_settled_ends_without_its_turn(
     path = lock_path(catalog_hook.catalog_config.properties["uri"], name)
     folder = queue_folder(path)
     applied, left_out = _key(20), _key(21)
-    results: dict[RunKey, Any] = {}
-    ended: dict[RunKey, threading.Event] = {applied: threading.Event(), left_out: threading.Event()}
-
-    def task(run_key: RunKey, customer: int) -> None:
-        operator = IcebergDeleteOperator(
-            task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": customer}
-        )
-        context = task_context(run_key)
-        spec = operator.build_spec(context, table)
-        try:
-            results[run_key] = operator._run(JobRun(context, catalog_hook), None, JobPlan(spec, before))
-        finally:
-            ended[run_key].set()
-
-    threads = [
-        threading.Thread(target=task, args=(key, customer)) for key, customer in ((applied, 8), (left_out, 9))
-    ]
+    results, ended, threads = _delete_tasks(catalog_hook, table, before, {applied: 8, left_out: 9})
     with table_turn(path, "the claiming task", logging.getLogger("test")):
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 60
-        while len(list(folder.glob("*.json"))) < 2:
-            assert time.monotonic() < deadline, "the waiting tasks did not offer their changes"
-            time.sleep(0.05)
-        key = next(iter(json.loads(p.read_text())["key"] for p in folder.glob("*.json")))
-        members = claim(folder, key)
+        members = _claim_the_offers(folder, 2)
         assert {member.run_key for member in members} == {applied, left_out}
         only_one = tuple(member for member in members if member.run_key == applied)
         record = DmlJob(spark, _spec(name, "customer_id = 7", group=only_one)).run()
         assert record.outcome is Outcome.COMMITTED
-        settle(folder, members)
+        settle(folder, members, record)
         assert ended[applied].wait(60), "the settled task still waits for the turn"
         time.sleep(1)
         assert not ended[left_out].is_set()  # its change is not in the commit: it waits for its turn

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
-from airflow_iceberg_dml.group_commit import Offer, claim, group_offer, mix_key, queue_folder
+from airflow_iceberg_dml.group_commit import Offer, claim, queue_folder
+from airflow_iceberg_dml.group_keys import group_offer, mix_key
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator

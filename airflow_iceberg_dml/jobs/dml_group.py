@@ -8,22 +8,25 @@ changes of one kind both match. It applies them together only when there is no s
 statement changes each row exactly as the changes one after another would, the UPDATEs first, as no
 DELETE's predicate reads a column they set); otherwise, or when the count itself fails, this job's
 change is applied alone, and each claimed task applies its own in its turn. A claimed change that is
-already in the table (its run key committed) or that matches no row is left out. One kind is one
-DELETE or UPDATE statement; mixed kinds are one MERGE of the table with a constant row (delete where a
-DELETE matches, update where an UPDATE does). The commit's summary lists the run key and rows of every
-change it applied, and its kind when they are mixed (``airflow-iceberg-dml.group``), so that each
-task, and any later try of it, finds the commit as its own.
+already in the table (its run key committed) or that matches no row is left out; the job's record
+names the ones matching no row (no grouped predicate reads a column the UPDATEs set, so the commit
+cannot make them match one), and their tasks end as no-ops at the commit, without a job of their own.
+One kind is one DELETE or UPDATE statement; mixed kinds are one MERGE of the table with a constant row
+(delete where a DELETE matches, update where an UPDATE does). The commit's summary lists the run key
+and rows of every change it applied, and its kind when they are mixed (``airflow-iceberg-dml.group``),
+so that each task, and any later try of it, finds the commit as its own.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import CommitMarks
-from airflow_iceberg_dml.group_commit import MERGE_MODE, reads_any
+from airflow_iceberg_dml.group_commit import UNMATCHED
+from airflow_iceberg_dml.group_keys import MERGE_MODE, reads_any
 from airflow_iceberg_dml.jobs.dml_impact import counts_by_change
 from airflow_iceberg_dml.jobs.runner import error_message, log
 from airflow_iceberg_dml.spec import GroupMember, JobKind, SummaryKey, WriteMode
@@ -52,6 +55,9 @@ class Group:
     """When the group mixes kinds: the UPDATEs' predicates, or-ed."""
     assignments: Mapping[str, str] = field(default_factory=dict)
     """When the group mixes kinds: the UPDATEs' ``set`` (one for all, parameters bound)."""
+    unmatched: tuple[dict[str, Any], ...] = ()
+    """Run key of each waiting change that matches no row (none of the applied changes can make it
+    match one: no grouped predicate reads a column the UPDATEs set), so nothing is left to apply."""
 
     @property
     def own_rows(self) -> int:
@@ -64,6 +70,10 @@ class Group:
 
     def summary(self) -> dict[str, str]:
         return {SummaryKey.GROUP: json.dumps(list(self.entries), sort_keys=True)}
+
+    def details(self) -> dict[str, Any]:
+        """What the job's record tells the operator: the waiting changes that match no row."""
+        return {UNMATCHED: list(self.unmatched)} if self.unmatched else {}
 
     def merge(self, target: str) -> str:
         """The MERGE that applies a group of mixed kinds to ``target``."""
@@ -108,18 +118,18 @@ class GroupCommit:
                 "one kind: applying this change alone; the others follow in their own turns."
             )
             return None
-        applied = [(member, count) for member, count in zip(waiting, rows, strict=True) if count > 0]
-        skipped = len(self.spec.group) - len(applied)
+        counted = list(zip(waiting, rows, strict=True))
+        applied = [(member, count) for member, count in counted if count > 0]
+        unmatched = tuple(member.run_key.group_entry(0) for member, count in counted if count == 0)
+        skipped = len(self.spec.group) - len(applied) - len(unmatched)
         log(
             f"Group commit: this change matches {own} row(s); {len(applied)} waiting change(s) "
             f"match {sum(count for _, count in applied)} more"
-            + (
-                f" ({skipped} left out: already committed, of the other kind, or matching no row)"
-                if skipped
-                else ""
-            )
+            + (f"; {len(unmatched)} match no row (nothing to apply)" if unmatched else "")
+            + (f" ({skipped} left out: already committed, or of the other kind)" if skipped else "")
         )
-        return self._group_of([(GroupMember(self.spec.run_key, self.where), own), *applied])
+        group = self._group_of([(GroupMember(self.spec.run_key, self.where), own), *applied])
+        return replace(group, unmatched=unmatched)
 
     def _group_of(self, applied: list[tuple[GroupMember, int]]) -> Group:
         """The group of ``applied`` (this job's change first): one MERGE when it mixes kinds."""

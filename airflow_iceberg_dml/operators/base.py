@@ -45,11 +45,11 @@ from airflow_iceberg_dml.asset_registration import give_back_after_report, take_
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.compat import assets_of_alias
 from airflow_iceberg_dml.exceptions import IcebergDmlError
-from airflow_iceberg_dml.group_commit import GroupOffer, Offer, queue_folder, settle
+from airflow_iceberg_dml.group_commit import Offer, queue_folder, settle
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
 from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
-from airflow_iceberg_dml.spec import Outcome, RunKey
+from airflow_iceberg_dml.spec import RunKey
 from airflow_iceberg_dml.sql import is_template, split_table_name
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path, table_turn
 
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
+    from airflow_iceberg_dml.group_keys import GroupOffer
     from airflow_iceberg_dml.hooks.engines import SparkEngine
     from airflow_iceberg_dml.spec import GroupMember, JobRecord, JobSpec
 
@@ -118,10 +119,10 @@ class Turn:
         if self.folder is not None and self.own is not None:
             self.offer = Offer(self.folder)
 
-    def settle(self, *, committed: bool) -> None:
+    def settle(self, record: JobRecord | None) -> None:
         """The job ended well, with a commit or none: what it claimed is settled (group_commit.settle)."""
         if self.folder is not None and self.claimed:
-            settle(self.folder, self.claimed, committed=committed)
+            settle(self.folder, self.claimed, record)
 
 
 @dataclass
@@ -161,12 +162,11 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         rows would otherwise conflict at commit and re-run whole. The wait is in the task log. Across
         worker hosts, give the tasks of a table an Airflow pool of one slot (docs/reliability.md).
     :param group_commit: When True (default), with ``one_writer_per_table``: while this task waits for
-        its turn, its change is on offer to the task whose turn it is, and in its own turn it applies
-        the waiting changes whose rows do not overlap its own with it, in one commit (merge-on-read
-        DELETEs, or UPDATEs of one ``set``; both in one MERGE when the table's ``write.merge.mode`` is
-        merge-on-read; see :mod:`airflow_iceberg_dml.group_commit`, docs/reliability.md). Each task's
-        result is its own: its rows, in the shared commit; a task whose change another task's commit
-        applied ends as soon as that commit lands. False: this task's change is a commit of its own.
+        its turn, its change is on offer to the task whose turn it is, and in its own turn it applies the
+        waiting changes whose rows do not overlap its own with it, in one commit (merge-on-read DELETEs, or
+        UPDATEs of one ``set``; both in one MERGE when ``write.merge.mode`` is merge-on-read; see
+        :mod:`airflow_iceberg_dml.group_commit`). Each task's result is its own: its rows in that commit,
+        or a no-op if none matched; it ends when that commit lands. False: a commit of its own.
     """
 
     template_fields: Sequence[str] = ("table",)
@@ -263,7 +263,7 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
                     return ready
                 if turn.held:
                     record = self._submit(ready.spec, run, store)
-                    turn.settle(committed=record is not None and record.outcome is Outcome.COMMITTED)
+                    turn.settle(record)
             if turn.held:  # the turn covers the job only: the table is read back outside it
                 return self.collect(run, ready, record)
         raise AssertionError("a turn taken without an offer is always held")

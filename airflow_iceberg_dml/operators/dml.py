@@ -17,7 +17,7 @@ from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     SnapshotMismatchError,
 )
-from airflow_iceberg_dml.group_commit import MERGE_MODE
+from airflow_iceberg_dml.group_keys import MERGE_MODE
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,

@@ -5,7 +5,8 @@ it waits, its change is on offer to the task whose turn it is (:mod:`airflow_ice
 Once the turn is its own, either a task before it applied the change (its run key is in a commit's
 group: the result is read from that commit), or it claims the changes still on offer and its job
 applies them with its own. A task whose claimed change was settled while it waited reads its result
-from the commit without waiting for the turn.
+from the commit without waiting for the turn, or, when that task's job found no row matching the
+change, ends as a no-op.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
-from airflow_iceberg_dml.group_commit import GroupOffer, claim, group_offer, queue_folder
+from airflow_iceberg_dml.group_commit import claim, queue_folder
+from airflow_iceberg_dml.group_keys import GroupOffer, group_offer
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.result import DmlResult, summary_of
 from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
@@ -84,6 +86,8 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
             return planned
         spec = planned.spec
         assert isinstance(spec, DmlSpec)  # group_offer offers nothing else
+        if (unmatched_at := turn.offer.unmatched_at()) is not None:
+            return self._unmatched(run, unmatched_at)
         if turn.offer.claimed():
             table = run.catalog_hook.load_table(self.table)
             applied = self._replay(run, table, spec, planned.before, grouped=True)
@@ -108,6 +112,22 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
             "; ".join(str(member.run_key) for member in members),
         )
         return JobPlan(replace(spec, group=tuple(members)), planned.before)
+
+    def _unmatched(self, run: JobRun, snapshot_id: int) -> DmlResult:
+        """The no-op result of a change that the job of the task that claimed it found matching no row:
+        none at that job's commit ``snapshot_id`` either, so no job and no commit of its own."""
+        self.log.info(
+            "Group commit: the task that took this change into its group found no row matching it; "
+            "none matches at its commit, snapshot %s, either: nothing to change, nothing committed.",
+            snapshot_id,
+        )
+        table = run.catalog_hook.load_table(self.table)
+        return self.to_result(
+            JobRecord(outcome=Outcome.NOOP, plan=Plan.NOOP),
+            head_before=snapshot_id,
+            duration_s=run.elapsed(),
+            health=self._health_after(run.catalog_hook, table),
+        )
 
     def _replay(
         self,

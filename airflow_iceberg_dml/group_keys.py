@@ -1,0 +1,129 @@
+"""What changes must share to be applied in one commit (:mod:`airflow_iceberg_dml.group_commit`): a group
+key for changes of one kind, a mix key for DELETEs with UPDATEs in one MERGE, and what a waiting task
+offers."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, SummaryKey, WriteMode
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+#: The table property that must say merge-on-read for DELETEs and UPDATEs to be mixed in one MERGE.
+MERGE_MODE = "write.merge.mode"
+#: Summary entries that tell the tries of one run apart; every other entry must agree to group.
+_PER_RUN_KEYS = {
+    SummaryKey.DAG_ID,
+    SummaryKey.TASK_ID,
+    SummaryKey.RUN_ID,
+    SummaryKey.MAP_INDEX,
+    SummaryKey.TRY_NUMBER,
+}
+
+
+def group_key(spec: DmlSpec) -> str | None:
+    """What a change must share with others to be applied in one commit with them; None when it
+    cannot be grouped.
+
+    A change can be grouped when it is a plain merge-on-read DELETE or UPDATE with a run key and
+    exactly once: no dry run, guard, audit or expected snapshot (those are about one change's own
+    commit), and, for an UPDATE, no ``set`` column read by its predicate (applied together, the
+    changes must select the same rows as applied one after another).
+    """
+    shared = _shared(spec)
+    return None if shared is None else json.dumps(shared, sort_keys=True, default=str)
+
+
+def mix_key(spec: DmlSpec) -> str | None:
+    """What a change must share with changes of the other kind (DELETE with UPDATE) to be applied with
+    them in one MERGE; None when it cannot be mixed (it cannot be grouped, or it sets an isolation level,
+    which is the table's per kind)."""
+    shared = _shared(spec)
+    if shared is None or spec.commit_policy.isolation_level is not None:
+        return None
+    del shared["kind"], shared["assignments"]
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
+def _shared(spec: DmlSpec) -> dict[str, Any] | None:
+    """What grouped changes must share (:func:`group_key`); None when ``spec`` cannot be grouped."""
+    if (
+        spec.dry_run
+        or spec.guards.active
+        or spec.audits.queries
+        or spec.expected_snapshot_id is not None
+        or spec.run_key is None
+        or not spec.commit_policy.exactly_once
+        or spec.write_mode is not WriteMode.MERGE_ON_READ
+        or spec.group
+    ):
+        return None
+    try:
+        where = bound_where(spec)
+        assignments = bound_assignments(spec)
+    except (KeyError, TypeError):  # the job names the problem when the change runs alone
+        return None
+    if spec.kind is JobKind.UPDATE and reads_any(where, assignments):
+        return None
+    return {
+        "kind": spec.kind.value,
+        "catalog": spec.catalog,
+        "table": spec.table,
+        "branch": spec.branch,
+        "assignments": assignments,
+        "commit_policy": [spec.commit_policy.conflict_retries, spec.commit_policy.isolation_level],
+        "snapshot_properties": {
+            key: value for key, value in spec.snapshot_properties.items() if key not in _PER_RUN_KEYS
+        },
+        "version": spec.version,
+    }
+
+
+@dataclass(frozen=True)
+class GroupOffer:
+    """What a waiting task puts on offer: its change, its :func:`group_key`, and its :func:`mix_key`
+    when its table's MERGE is merge-on-read (None: it joins changes of its own kind only)."""
+
+    key: str
+    member: GroupMember
+    mix: str | None = None
+
+
+def group_offer(spec: DmlSpec, *, merge_on_read_merge: bool) -> GroupOffer | None:
+    """``spec``'s offer (None when it cannot be grouped); mixable with the other kind when the table's
+    ``write.merge.mode`` is merge-on-read (``merge_on_read_merge``)."""
+    key = group_key(spec)
+    if key is None or spec.run_key is None:
+        return None
+    member = GroupMember(spec.run_key, bound_where(spec), spec.kind, bound_assignments(spec))
+    return GroupOffer(key, member, mix_key(spec) if merge_on_read_merge else None)
+
+
+def reads_any(where: str, columns: Iterable[str]) -> bool:
+    """Whether the predicate ``where`` reads any of ``columns`` (as a word: never a false no)."""
+    return any(_mentions(where, column) for column in columns)
+
+
+def bound_where(spec: DmlSpec) -> str:
+    """The change's predicate, its parameters bound (``KeyError``/``TypeError`` as in the job)."""
+    return sql.bind_parameters(spec.where, spec.parameters)
+
+
+def bound_assignments(spec: DmlSpec) -> dict[str, str]:
+    """The change's ``set`` expressions, their parameters bound (as :func:`bound_where`)."""
+    return {
+        column: sql.bind_parameters(expression, spec.parameters)
+        for column, expression in spec.assignments.items()
+    }
+
+
+def _mentions(text: str, column: str) -> bool:
+    """Whether ``column`` appears in ``text`` as a word (string literals included: never a false no)."""
+    return re.search(rf"(?<![\w$]){re.escape(column)}(?![\w$])", text, re.IGNORECASE) is not None
