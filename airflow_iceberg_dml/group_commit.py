@@ -26,7 +26,7 @@ offer: the next task whose turn it is claims them, rather than each applying its
 
 Once the claiming job has committed, the claimed offers are marked *settled*: their tasks stop waiting
 for a turn they no longer need, read their rows from the commit without it, and end. A settled change
-that the job found matching no row says so, and its task ends as a no-op at the job's commit. Only a
+that the job found matching no row says at which snapshot, and its task ends as a no-op there. Only a
 settled task whose change the commit does not hold for another reason (the job left it out) waits for
 its turn, to apply it alone.
 """
@@ -53,9 +53,9 @@ if TYPE_CHECKING:
 
 #: At most this many changes in one commit (the claiming task's own included).
 MAX_GROUP = 32
-#: In a committed job's record: the run keys of the claimed changes it found matching no row.
+#: In a committed job's record: the claimed changes it found matching no row, and at which snapshot.
 UNMATCHED = "group_unmatched"
-#: In a settled offer: the claiming job's commit, when that job found no row matching the change.
+#: In a settled offer: the snapshot at which the claiming job found no row matching the change.
 UNMATCHED_AT = "unmatched_at"
 
 
@@ -139,9 +139,8 @@ class Offer(LockedFile):
         return self.settled_path.exists()
 
     def unmatched_at(self) -> int | None:
-        """The commit of the job that settled this change having found no row matching it (none would
-        after that commit either); None when it applied the change, left it out for another reason, or
-        has not settled it."""
+        """The snapshot at which the job that settled this change found no row matching it; None when it
+        applied the change, left it out for another reason, or has not settled it."""
         try:
             offer = json.loads(self.settled_path.read_text())
         except (OSError, ValueError):
@@ -221,8 +220,8 @@ class _Mix:
 def settle(folder: Path, members: list[GroupMember], record: JobRecord | None) -> None:
     """Tell the tasks whose changes ``members`` are that the claiming job ended well, as its ``record``
     says (call it while holding the turn). When it committed, their claimed offers are marked settled,
-    and they stop waiting for a turn; the offer of a change the job found matching no row also names
-    the job's commit (:meth:`Offer.unmatched_at`). When it committed nothing (its own change matched no
+    and they stop waiting for a turn; the offer of a change the job found matching no row also says at
+    which snapshot (:meth:`Offer.unmatched_at`). When it committed nothing (its own change matched no
     row), no change of theirs was applied: the offers go back on offer, for the next task whose turn it
     is to claim. A job that ran remotely reports nothing: the offers go back on offer too."""
     committed = record is not None and record.outcome is Outcome.COMMITTED
@@ -241,12 +240,9 @@ def settle(folder: Path, members: list[GroupMember], record: JobRecord | None) -
 
 
 def unmatched_changes(record: JobRecord) -> dict[RunKey, int]:
-    """The claimed changes a committed job found matching no row, each with the job's commit: the snapshot
-    at which the change, applied after the group's, would find no row either."""
-    entries = record.details.get(UNMATCHED) or []
-    if record.snapshot_id is None:
-        return {}
-    return {_run_key(entry): record.snapshot_id for entry in entries}
+    """The claimed changes a committed job found matching no row, and the snapshot it counted them at."""
+    found = record.details.get(UNMATCHED) or {}
+    return {_run_key(entry): int(found["snapshot_id"]) for entry in found.get("run_keys", [])}
 
 
 def _sweep(folder: Path) -> None:

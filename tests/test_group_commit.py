@@ -157,13 +157,13 @@ def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_pat
     assert not other.claimed()
     assert claim(folder, "key-a") == [GroupMember(_key(4), "day = 4")]
     assert not any(offer.settled() for offer in same)
-    # The job committed snapshot 12, having found no row matching day 4.
-    unmatched = {UNMATCHED: [_key(4).group_entry(0)]}
+    # The job committed snapshot 12, having found no row matching day 4 at snapshot 11.
+    unmatched = {UNMATCHED: {"snapshot_id": 11, "run_keys": [_key(4).group_entry(0)]}}
     committed = JobRecord(outcome=Outcome.COMMITTED, snapshot_id=12, details=unmatched)
     settle(folder, [GroupMember(_key(2), "day = 2"), GroupMember(_key(4), "day = 4")], committed)
     assert [offer.settled() for offer in same] == [True, False, True]
     assert all(offer.claimed() for offer in same)
-    assert [offer.unmatched_at() for offer in same] == [None, None, 12]
+    assert [offer.unmatched_at() for offer in same] == [None, None, 11]
     for offer in [*same, other]:
         offer.withdraw()
     assert list(folder.iterdir()) == []
@@ -272,7 +272,10 @@ def test_a_group_commit_applies_disjoint_deletes_in_one_commit_with_each_ones_ro
         assert run_key.matches(summary)
         assert run_key.group_rows(summary) == rows
     assert not _key(4).matches(summary)
-    assert record.details[UNMATCHED] == [_key(4).group_entry(0)]
+    assert record.details[UNMATCHED] == {
+        "snapshot_id": before.current_snapshot().snapshot_id,
+        "run_keys": [_key(4).group_entry(0)],
+    }
     remaining = after.scan().to_arrow()
     gone = pc.or_(
         pc.is_in(arrow["customer_id"], value_set=pa.array([7, 8])),
@@ -584,8 +587,8 @@ def test_a_waiting_task_whose_change_the_claiming_job_found_matching_no_row_ends
     """A remediation backfill's day with nothing left to fix, waiting while another day's change holds the
     turn: the claiming job counts no row for it (its customer's rows were deleted before, which the files'
     statistics cannot rule out), so its task ends as a no-op while the turn is still held, with no job and
-    no commit of its own, at the job's commit; the task whose change matched ends with its rows from the
-    commit."""
+    no commit of its own, at the snapshot the job counted at (the commit's parent); the task whose change
+    matched ends with its rows from the commit."""
     monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
     name = create_orders_table(spark, new_table_name("group_unmatched"))
     DmlJob(spark, _spec(name, "customer_id = 50", _key(30))).run()  # fixed once already
@@ -613,12 +616,8 @@ def test_a_waiting_task_whose_change_the_claiming_job_found_matching_no_row_ends
     assert applied.matches(_summary(after))
     assert not unmatched.matches(_summary(after))  # not in the commit: nothing of it was applied
     nothing = results[unmatched]
-    # A no-op at the group's commit: its change finds no row there either.
-    assert (nothing["noop"], nothing["rows_deleted"], nothing["snapshot_id"]) == (
-        True,
-        0,
-        str(commit.snapshot_id),
-    )
+    # A no-op at the snapshot the job counted at, as its own job would have reported.
+    assert (nothing["noop"], nothing["rows_deleted"], nothing["snapshot_id"]) == (True, 0, str(before))
     assert nothing["spark_app_id"] is None  # no job of its own
     assert (results[applied]["rows_deleted"], results[applied]["snapshot_id"]) == (
         _matching(table, "customer_id", [8]),

@@ -149,7 +149,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
             log(f"No row matches at snapshot {head_before}: nothing to change, nothing committed.")
             return self._record(Outcome.NOOP, Plan.NOOP, None, None)
         record = self._commit(plan, head_before)
-        return replace(record, details={**record.details, **self._group.details()})
+        return replace(record, details={**record.details, **self._group.details(head_before)})
 
     def _before_writing(self, plan: Plan, head_before: int) -> JobRecord | None:
         """The dry run's record, a guard's error, or a no-op when no row matches; None to go on."""

@@ -10,7 +10,7 @@ DELETE's predicate reads a column they set); otherwise, or when the count itself
 change is applied alone, and each claimed task applies its own in its turn. A claimed change that is
 already in the table (its run key committed) or that matches no row is left out; the job's record
 names the ones matching no row (no grouped predicate reads a column the UPDATEs set, so the commit
-cannot make them match one), and their tasks end as no-ops at the commit, without a job of their own.
+cannot make them match one), and their tasks end as no-ops, without a job of their own.
 One kind is one DELETE or UPDATE statement; mixed kinds are one MERGE of the table with a constant row
 (delete where a DELETE matches, update where an UPDATE does). The commit's summary lists the run key
 and rows of every change it applied, and its kind when they are mixed (``airflow-iceberg-dml.group``),
@@ -71,9 +71,11 @@ class Group:
     def summary(self) -> dict[str, str]:
         return {SummaryKey.GROUP: json.dumps(list(self.entries), sort_keys=True)}
 
-    def details(self) -> dict[str, Any]:
-        """What the job's record tells the operator: the waiting changes that match no row."""
-        return {UNMATCHED: list(self.unmatched)} if self.unmatched else {}
+    def details(self, head: int) -> dict[str, Any]:
+        """What the job's record tells the operator: the waiting changes that match no row at ``head``."""
+        if not self.unmatched:
+            return {}
+        return {UNMATCHED: {"snapshot_id": head, "run_keys": list(self.unmatched)}}
 
     def merge(self, target: str) -> str:
         """The MERGE that applies a group of mixed kinds to ``target``."""

@@ -114,11 +114,11 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         return JobPlan(replace(spec, group=tuple(members)), planned.before)
 
     def _unmatched(self, run: JobRun, snapshot_id: int) -> DmlResult:
-        """The no-op result of a change that the job of the task that claimed it found matching no row:
-        none at that job's commit ``snapshot_id`` either, so no job and no commit of its own."""
+        """The no-op result of a change that the job of the task that claimed it found matching no row at
+        ``snapshot_id``: no job and no commit of its own (its own job would have found no more)."""
         self.log.info(
-            "Group commit: the task that took this change into its group found no row matching it; "
-            "none matches at its commit, snapshot %s, either: nothing to change, nothing committed.",
+            "Group commit: the task that took this change into its group found no row matching it at "
+            "snapshot %s: nothing to change, nothing committed.",
             snapshot_id,
         )
         table = run.catalog_hook.load_table(self.table)
