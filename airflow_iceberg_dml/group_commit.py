@@ -242,7 +242,7 @@ def settle(folder: Path, members: list[GroupMember], record: JobRecord | None) -
 def unmatched_changes(record: JobRecord) -> dict[RunKey, int]:
     """The claimed changes a committed job found matching no row, and the snapshot it counted them at."""
     found = record.details.get(UNMATCHED) or {}
-    return {_run_key(entry): int(found["snapshot_id"]) for entry in found.get("run_keys", [])}
+    return {RunKey.of_group_entry(entry): int(found["snapshot_id"]) for entry in found.get("run_keys", [])}
 
 
 def _sweep(folder: Path) -> None:
@@ -299,7 +299,7 @@ def _read(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
     """The offer at ``path`` and its change (None: unreadable, or gone)."""
     try:
         offer = json.loads(path.read_text())
-        run_key = _run_key(offer["run_key"])
+        run_key = RunKey.of_group_entry(offer["run_key"])
         kind = JobKind(offer["kind"]) if offer.get("kind") else None
         assignments = {
             str(column): str(value) for column, value in dict(offer.get("assignments") or {}).items()
@@ -309,8 +309,3 @@ def _read(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
         return None
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _run_key(entry: dict[str, Any]) -> RunKey:
-    """The run key of a group entry (:meth:`RunKey.group_entry`)."""
-    return RunKey(entry["dag_id"], entry["task_id"], entry["run_id"], int(entry["map_index"]))

@@ -180,6 +180,11 @@ class RunKey:
         }
         return entry if kind is None else {**entry, "kind": kind.value}
 
+    @classmethod
+    def of_group_entry(cls, entry: Mapping[str, Any]) -> RunKey:
+        """The run key of a group entry (the inverse of :meth:`group_entry`)."""
+        return cls(str(entry["dag_id"]), str(entry["task_id"]), str(entry["run_id"]), int(entry["map_index"]))
+
     def group_rows(self, summary: Mapping[str, str]) -> int | None:
         """The rows this run key's change matched in a group commit's summary; None when not in one."""
         entry = self._group_entry_in(summary)
