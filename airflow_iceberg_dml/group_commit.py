@@ -21,14 +21,15 @@ waits: a claim takes only offers whose lock is held, so a task that died waiting
 and its offer is removed. A claimed task whose change is not in the table when its turn comes (the
 claiming task failed, or its job left the change out) runs its change itself. What a killed task
 leaves in the folder (its claimed offer, or a staging file it never put up) is removed by a later claim.
-A claiming job that commits nothing (its own change matches no row) puts the claimed offers back on
-offer: the next task whose turn it is claims them, rather than each applying its change alone.
+A claiming job whose own change matches no row still commits the claimed changes that match rows; one
+that commits nothing (none matches a row) puts the claimed offers back on offer: the next task whose
+turn it is claims them, rather than each applying its change alone.
 
 Once the claiming job has committed, the claimed offers are marked *settled*: their tasks stop waiting
-for a turn they no longer need, read their rows from the commit without it, and end. A settled change
-that the job found matching no row says at which snapshot, and its task ends as a no-op there. Only a
-settled task whose change the commit does not hold for another reason (the job left it out) waits for
-its turn, to apply it alone.
+for a turn they no longer need, read their rows from the commit without it, and end. A change that the
+job found matching no row is settled whether or not it committed, says at which snapshot, and its task
+ends as a no-op there. Only a settled task whose change the commit does not hold for another reason (the
+job left it out) waits for its turn, to apply it alone.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 #: At most this many changes in one commit (the claiming task's own included).
 MAX_GROUP = 32
-#: In a committed job's record: the claimed changes it found matching no row, and at which snapshot.
+#: In a claiming job's record: the claimed changes it found matching no row, and at which snapshot.
 UNMATCHED = "group_unmatched"
 #: In a settled offer: the snapshot at which the claiming job found no row matching the change.
 UNMATCHED_AT = "unmatched_at"
@@ -220,12 +221,12 @@ class _Mix:
 def settle(folder: Path, members: list[GroupMember], record: JobRecord | None) -> None:
     """Tell the tasks whose changes ``members`` are that the claiming job ended well, as its ``record``
     says (call it while holding the turn). When it committed, their claimed offers are marked settled,
-    and they stop waiting for a turn; the offer of a change the job found matching no row also says at
-    which snapshot (:meth:`Offer.unmatched_at`). When it committed nothing (its own change matched no
-    row), no change of theirs was applied: the offers go back on offer, for the next task whose turn it
-    is to claim. A job that ran remotely reports nothing: the offers go back on offer too."""
+    and they stop waiting for a turn. The offer of a change the job found matching no row is settled
+    too, whether the job committed or not, and says at which snapshot (:meth:`Offer.unmatched_at`).
+    When the job committed nothing (no change it counted matched a row), or ran remotely and reports
+    nothing, the other offers go back on offer, for the next task whose turn it is to claim."""
     committed = record is not None and record.outcome is Outcome.COMMITTED
-    unmatched = unmatched_changes(record) if committed and record is not None else {}
+    unmatched = unmatched_changes(record) if record is not None else {}
     wanted = {member.run_key for member in members}
     for path in folder.glob("*.claimed"):
         read = _read(path)
@@ -236,11 +237,12 @@ def settle(folder: Path, members: list[GroupMember], record: JobRecord | None) -
                 with path.open("r+") as offer:  # its task reads it once it is settled, below
                     offer.write(json.dumps({**read[0], UNMATCHED_AT: unmatched[read[1].run_key]}))
                     offer.truncate()
-            os.replace(path, path.with_suffix(".settled" if committed else ".json"))
+            settled = committed or read[1].run_key in unmatched
+            os.replace(path, path.with_suffix(".settled" if settled else ".json"))
 
 
 def unmatched_changes(record: JobRecord) -> dict[RunKey, int]:
-    """The claimed changes a committed job found matching no row, and the snapshot it counted them at."""
+    """The claimed changes a job found matching no row, and the snapshot it counted them at."""
     found = record.details.get(UNMATCHED) or {}
     return {RunKey.of_group_entry(entry): int(found["snapshot_id"]) for entry in found.get("run_keys", [])}
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from airflow_iceberg_dml.exceptions import CommitNotFoundError
 from airflow_iceberg_dml.merge_sql import COUNTER_PREFIX
 from airflow_iceberg_dml.spec import Outcome, SummaryKey, snapshot_id_text
-from airflow_iceberg_dml.specs.common import group_entries
+from airflow_iceberg_dml.specs.common import applied_changes
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -135,6 +135,12 @@ def committed_result(
     run_key: RunKey | None = None,
 ) -> DmlResult:
     own_rows = run_key.group_rows(summary) if run_key is not None else None
+    if own_rows == 0:  # the job of this task committed the waiting changes it claimed, and its own none
+        spark_app_id = summary.get(SummaryKey.SPARK_APP_ID)
+        return noop_result(
+            table=table, branch=branch, head_snapshot_id=parent_snapshot_id, spark_app_id=spark_app_id,
+            duration_s=duration_s, health=health,
+        )  # fmt: skip
     deleted, inserted = rows_deleted(summary, parent_summary), _count(summary, SummaryKey.ADDED_RECORDS)
     if own_rows is not None:  # a group commit: this run key's own rows (an UPDATE deletes and re-adds them)
         kind = run_key.group_kind(summary) if run_key is not None else None
@@ -156,7 +162,7 @@ def committed_result(
         impact=None,
         rows_deleted=deleted,
         rows_inserted=inserted,
-        group_size=max(len(group_entries(summary)), 1),
+        group_size=max(applied_changes(summary), 1),
         added_delete_files=_count(summary, SummaryKey.ADDED_DELETE_FILES),
         added_data_files=_count(summary, SummaryKey.ADDED_DATA_FILES),
         removed_data_files=_count(summary, SummaryKey.DELETED_DATA_FILES),

@@ -168,6 +168,21 @@ def test_a_claim_takes_the_waiting_offers_of_its_key_only_and_marks_them(tmp_pat
         offer.withdraw()
     assert list(folder.iterdir()) == []
 
+    # A job that committed nothing (no change it counted matched a row): the changes it found matching
+    # none are settled all the same; the others go back on offer.
+    offers = [Offer(folder) for _ in range(2)]
+    for day, offer in enumerate(offers, start=5):
+        offer.post(GroupOffer("key-a", GroupMember(_key(day), f"day = {day}")))
+    members = claim(folder, "key-a")
+    unmatched = {UNMATCHED: {"snapshot_id": 11, "run_keys": [_key(6).group_entry(0)]}}
+    settle(folder, members, JobRecord(outcome=Outcome.NOOP, details=unmatched))
+    assert [(offer.claimed(), offer.settled(), offer.unmatched_at()) for offer in offers] == [
+        (False, False, None),
+        (True, True, 11),
+    ]
+    for offer in offers:
+        offer.withdraw()
+
 
 def _waiting_task(folder: Path, ready: Path, day: int) -> subprocess.Popen[bytes]:
     """A process that posts an offer, then waits (holding its lock) until it is killed."""
@@ -348,14 +363,49 @@ def test_a_change_already_committed_or_unreadable_is_left_out(spark, catalog_hoo
     assert _key(4).matches(summary)
 
 
-def test_a_claiming_change_that_matches_nothing_commits_nothing(spark, catalog_hook) -> None:
+def test_a_claiming_change_that_matches_nothing_commits_the_waiting_changes_and_is_a_no_op(
+    spark, catalog_hook
+) -> None:
+    """The job whose own change matches no row still applies the waiting changes it claimed that match
+    rows, listing its own with none; its task's result (and any later try's) is a no-op at the
+    commit's parent. When none of them matches a row, it commits nothing and names the waiting ones."""
     name = create_orders_table(spark, new_table_name("group_noop"), rows=300)
-    head = load(catalog_hook, name).current_snapshot().snapshot_id
-    record = DmlJob(
-        spark, _spec(name, "order_id > 5000", group=(GroupMember(_key(2), "order_id = 1"),))
-    ).run()
-    assert record.outcome is Outcome.NOOP
+    table = load(catalog_hook, name)
+    head = table.current_snapshot().snapshot_id
+    group = (GroupMember(_key(2), "order_id = 1"), GroupMember(_key(3), "order_id > 7000"))
+
+    nothing = DmlJob(spark, _spec(name, "order_id > 5000", group=group[1:])).run()
+
+    assert nothing.outcome is Outcome.NOOP
+    assert nothing.details[UNMATCHED] == {"snapshot_id": head, "run_keys": [_key(3).group_entry(0)]}
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+    record = DmlJob(spark, _spec(name, "order_id > 5000", group=group)).run()
+
+    assert record.outcome is Outcome.COMMITTED
+    after = load(catalog_hook, name)
+    snapshot = after.current_snapshot()
+    assert snapshot.parent_snapshot_id == head
+    summary = _summary(after)
+    assert json.loads(summary[SummaryKey.GROUP]) == [LEADER.group_entry(0), _key(2).group_entry(1)]
+    assert record.details[UNMATCHED] == {"snapshot_id": head, "run_keys": [_key(3).group_entry(0)]}
+    assert sorted(after.scan().to_arrow()["order_id"].to_pylist()) == sorted(
+        order for order in table.scan().to_arrow()["order_id"].to_pylist() if order != 1
+    )
+    parent = after.snapshot_by_id(head)
+    own = dml_result(
+        record, table=name, branch="main", dry_run=False, snapshot=snapshot, parent=parent, run_key=LEADER
+    )
+    assert (own["noop"], own["snapshot_id"], own["rows_deleted"]) == (True, str(head), 0)
+    assert own["spark_app_id"] == record.spark_app_id
+    replayed = dml_result(  # a later try finds the commit by its run key: the same no-op
+        None, table=name, branch="main", dry_run=False, snapshot=snapshot, parent=parent, run_key=LEADER
+    )
+    assert replayed == {**own, "duration_s": replayed["duration_s"]}
+    waiting = dml_result(
+        None, table=name, branch="main", dry_run=False, snapshot=snapshot, parent=parent, run_key=_key(2)
+    )
+    assert (waiting["noop"], waiting["rows_deleted"], waiting["group_size"]) == (False, 1, 1)
 
 
 # -- the operators: the claiming task runs for real, the claimed task's turn follows -----------------------
@@ -504,44 +554,50 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     assert planned.spec == late_spec  # its own change, nothing else in it
 
 
-def test_a_real_task_whose_change_matches_no_row_puts_the_claimed_change_back_on_offer(
+def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_and_is_a_no_op(
     spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
 ) -> None:
     """A claiming task whose own change matches no row (one the files' statistics cannot rule out: its
-    rows were deleted before) commits nothing; the change it claimed goes back on offer, and the next
-    task whose turn it is applies it with its own, in one commit."""
+    rows were deleted before) still commits the waiting change it claimed, at once, and ends as a no-op
+    at the snapshot its job counted at; the waiting task finds its rows in that commit."""
     from tests.dags.group_commit_test_dag import dag
 
     monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
-    name = create_orders_table(spark, new_table_name("group_handed_back"))
+    name = create_orders_table(spark, new_table_name("group_carried"))
     DmlJob(spark, _spec(name, "customer_id = 50", _key(30))).run()  # the remediation ran once already
     table = load(catalog_hook, name)
     before = table.current_snapshot().snapshot_id
-    member_key = RunKey("group_commit_test", "delete", "manual__handed_back", -1)
-    _, _, turn = _offer_a_waiting_delete(catalog_hook, table, member_key, before)
+    member_key = RunKey("group_commit_test", "delete", "manual__carried", -1)
+    waiting, member_spec, turn = _offer_a_waiting_delete(catalog_hook, table, member_key, before)
     assert turn.offer is not None
 
     nothing = run_dag(dag, table=name, customer=50)
 
     assert task_states(nothing) == {"delete": "success"}
-    assert xcom_result(nothing, "delete")["noop"] is True
-    assert load(catalog_hook, name).current_snapshot().snapshot_id == before
-    assert not turn.offer.claimed()  # on offer again, neither claimed nor settled
-    assert turn.offer.path.exists()
-
-    dag_run = run_dag(dag, table=name, customer=7)
-
+    result = xcom_result(nothing, "delete")
+    assert (result["noop"], result["snapshot_id"], result["rows_deleted"]) == (True, str(before), 0)
+    assert result["spark_app_id"] is not None  # its own job found it matching nothing, and committed
     assert turn.offer.settled()
-    turn.offer.withdraw()
-    assert task_states(dag_run) == {"delete": "success"}
-    result = xcom_result(dag_run, "delete")
-    assert (result["rows_deleted"], result["group_size"]) == (_matching(table, "customer_id", [7]), 2)
     after = load(catalog_hook, name)
-    assert after.current_snapshot().parent_snapshot_id == before  # one commit for both
-    assert after.scan().to_arrow().num_rows == table.scan().to_arrow().num_rows - _matching(
-        table, "customer_id", [7, 8]
+    commit = after.current_snapshot()
+    assert commit.parent_snapshot_id == before
+    own_key = RunKey("group_commit_test", "delete", nothing.run_id, -1)
+    assert (own_key.group_rows(_summary(after)), member_key.group_rows(_summary(after))) == (
+        0,
+        _matching(table, "customer_id", [8]),
     )
-    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {7, 8, 50} == set()
+    assert after.scan().to_arrow().num_rows == table.scan().to_arrow().num_rows - _matching(
+        table, "customer_id", [8]
+    )
+    assert set(after.scan().to_arrow()["customer_id"].to_pylist()) & {8, 50} == set()
+
+    # The waiting task, its offer settled, stops waiting and finds its change in that commit: its rows.
+    run = JobRun(task_context(member_key), catalog_hook)
+    found = waiting.on_turn(run, JobPlan(member_spec, before), turn)
+    turn.offer.withdraw()
+    assert isinstance(found, dict)
+    assert (found["noop"], found["snapshot_id"], found["group_size"]) == (False, str(commit.snapshot_id), 1)
+    assert found["rows_deleted"] == _matching(table, "customer_id", [8])
 
 
 def _delete_tasks(

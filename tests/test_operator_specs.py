@@ -355,7 +355,7 @@ def test_the_task_log_says_who_committed_and_what_a_dry_run_would_change():
     assert "): 10 row(s) deleted, 0 inserted; 2 delete file(s)" in lines[1]
     assert lines[2].startswith("Snapshot 3 applied this change with 1 other(s) in one commit (")
     assert "): this change's 4 row(s) deleted, 0 inserted;" in lines[2]
-    assert lines[3] == "No-op: nothing matched; sales.orders stays on snapshot 7."
+    assert lines[3] == "No-op: nothing matched in sales.orders at snapshot 7; nothing committed for it."
     dry = lines[4:]
     assert dry[:2] == [
         "Dry run: nothing committed; sales.orders stays on snapshot 7.",

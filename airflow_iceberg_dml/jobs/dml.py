@@ -145,9 +145,11 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         self._group = self._gather(head_before) if spec.group and plan is Plan.ROW_LEVEL else None
         if self._group is None:
             return self._before_writing(plan, head_before) or self._commit(plan, head_before)
-        if self._group.own_rows == 0:
+        if len(self._group.entries) == 1 and self._group.own_rows == 0:
             log(f"No row matches at snapshot {head_before}: nothing to change, nothing committed.")
-            return self._record(Outcome.NOOP, Plan.NOOP, None, None)
+            return self._record(Outcome.NOOP, Plan.NOOP, None, None, details=self._group.details(head_before))
+        # This change may match no row while the waiting ones do: the commit applies them, listing this
+        # one with no row, and its task ends as a no-op at ``head_before`` (result.committed_result).
         record = self._commit(plan, head_before)
         return replace(record, details={**record.details, **self._group.details(head_before)})
 

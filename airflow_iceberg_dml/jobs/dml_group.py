@@ -10,7 +10,9 @@ DELETE's predicate reads a column they set); otherwise, or when the count itself
 change is applied alone, and each claimed task applies its own in its turn. A claimed change that is
 already in the table (its run key committed) or that matches no row is left out; the job's record
 names the ones matching no row (no grouped predicate reads a column the UPDATEs set, so the commit
-cannot make them match one), and their tasks end as no-ops, without a job of their own.
+cannot make them match one), and their tasks end as no-ops, without a job of their own. When this job's
+own change matches no row, the commit still applies the claimed changes that match rows, listing this
+one with none (its task's result is a no-op); when no change matches a row, nothing is committed.
 One kind is one DELETE or UPDATE statement; mixed kinds are one MERGE of the table with a constant row
 (delete where a DELETE matches, update where an UPDATE does). The commit's summary lists the run key
 and rows of every change it applied, and its kind when they are mixed (``airflow-iceberg-dml.group``),

@@ -328,6 +328,13 @@ class BaseIcebergDmlOperator(
             health=self._health_after(run.catalog_hook, table),
             run_key=run_key(run.context),
         )
+        if result["noop"] and snapshot is not None:  # result.committed_result: its group entry has no row
+            self.log.info(
+                "Group commit: this change matched no row at snapshot %s; snapshot %s applied the waiting "
+                "changes this task's job took into its group.",
+                result["snapshot_id"],
+                snapshot.snapshot_id,
+            )
         partitions = (result["impact"] or {}).get("partitions", [])  # a dry run's, as Spark reported them
         if partitions:
             name = spark_partition_namer(table)

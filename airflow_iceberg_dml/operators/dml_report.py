@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 #: Partitions a dry run lists one per line in the task log; the result (XCom) has them all.
 DRY_RUN_PARTITIONS_LOGGED = 20
+#: How the log line of a task whose change matched no row starts (the backfill benchmark counts them).
+NOOP_SAID = "No-op: nothing matched"
 
 
 def log_dml_result(log: Logger, table: str, result: DmlResult) -> None:
@@ -22,7 +24,7 @@ def log_dml_result(log: Logger, table: str, result: DmlResult) -> None:
         _log_dry_run(log, table, result)
         return
     if result["noop"]:
-        log.info("No-op: nothing matched; %s stays on snapshot %s.", table, result["snapshot_id"])
+        log.info(NOOP_SAID + " in %s at snapshot %s; nothing committed for it.", table, result["snapshot_id"])
         return
     snapshot, others = result["snapshot_id"], result["group_size"] - 1
     if result["replayed"]:

@@ -21,7 +21,7 @@ from airflow_iceberg_dml.group_keys import GroupOffer, group_offer
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.result import DmlResult, summary_of
 from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
-from airflow_iceberg_dml.specs.common import group_entries
+from airflow_iceberg_dml.specs.common import applied_changes
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
                 "Group commit: snapshot %s applied this change (%s row(s)) with %s other change(s).",
                 earlier[0].snapshot_id,
                 spec.run_key.group_rows(summary),
-                max(len(group_entries(summary)) - 1, 0),
+                max(applied_changes(summary) - 1, 0),
             )
             record = JobRecord(
                 outcome=Outcome.COMMITTED,

@@ -215,6 +215,12 @@ def group_entries(summary: Mapping[str, str]) -> list[dict[str, Any]]:
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
 
+def applied_changes(summary: Mapping[str, str]) -> int:
+    """How many changes a group commit applied (0 for any other commit): its entries with rows. The
+    change of the job that made the commit is listed with none when it matched none."""
+    return sum(1 for entry in group_entries(summary) if entry.get("rows"))
+
+
 ScalarParameter = str | int | float | bool | None
 #: A parameter the jobs bind: a scalar, or a list of them (``column IN :values``).
 Parameter = ScalarParameter | list[ScalarParameter]
