@@ -40,8 +40,15 @@ server's first request to a route is slow: 3 s for the first task's ``run``). Ru
 spread by up to a third on this machine: ``--repeat N`` runs each N times, in rounds (every configuration
 once, then again), and the ratios and the plot use the medians.
 
+``--clean-days 0,24`` measures a remediation backfill run again after a first run fixed some days: before
+the backfill, pyiceberg deletes the training clerks' orders of the first N days (the rows the DAG's
+DELETE removes), so those days' DELETE tasks match no row, which the files' statistics cannot tell
+(every file mixes days). Each N is a configuration of the warm engine and spark-submit (the no-op DAG
+has no table); the results also count the tasks that ended as no-ops and the changes the commits
+applied, and go to ``backfill_remediation.json`` (no plot) when any N is above 0.
+
 ``python -m bench backfill [--quick] [--dates 30] [--max-active-runs 8,16] [--engines connect,submit,noop]
-[--repeat 1] [--keep-logs DIR] [--engine-conf KEY=VALUE ...] [--engine-warm-rounds N]
+[--repeat 1] [--clean-days 0] [--keep-logs DIR] [--engine-conf KEY=VALUE ...] [--engine-warm-rounds N]
 [--cold-deployment]``
 """
 
@@ -75,6 +82,7 @@ from bench.task_phases import (
     PHASES,
     api_requests,
     failure_lines,
+    noop_tasks,
     slot_hold_after_end,
     slot_use,
     task_phases,
@@ -160,15 +168,20 @@ def _one(
     repeat: int = 0,
     keep_logs: Path | None = None,
     warm_up: bool = True,
+    clean_days: int = 0,
 ) -> dict[str, Any]:
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
-    label = f"{engine_kind}_{max_active_runs}" + (f"_{repeat}" if repeat else "")
+    label = (
+        f"{engine_kind}_{max_active_runs}"
+        + (f"_clean{clean_days}" if clean_days else "")
+        + (f"_{repeat}" if repeat else "")
+    )
     table = f"bench.backfill_{label}"
     catalog = IcebergCatalogHook("iceberg_default").catalog
     if engine_kind != "noop":
-        create_orders_table(catalog, table, scale)
+        clean_first_days(create_orders_table(catalog, table, scale), clean_days)
     env = {"AIRFLOW_CONN_SPARK_DEFAULT": engine_uri} if engine_kind == "connect" else {}
     os.environ.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
     home = Path(tempfile.mkdtemp(prefix=f"bench-backfill-{label}-"))
@@ -228,6 +241,7 @@ def _one(
     if engine_kind != "noop":
         catalog.purge_table(table)
     failures = failure_lines(home / "airflow" / "logs", dag_id, instances)
+    noops = noop_tasks(home / "airflow" / "logs", dag_id, instances)
     held = slot_hold_after_end(home / "airflow" / "scheduler.log", ends)
     requests = api_requests(home / "airflow" / "api-server.log", api_log_offset)
     for failure in failures:
@@ -243,6 +257,7 @@ def _one(
         "max_active_runs": max_active_runs,
         "repeat": repeat,
         "days": days,
+        "clean_days": clean_days,
         "changes": len(tries),
         "wall_s": wall,
         "changes_per_minute": len(tries) / wall * 60,
@@ -258,6 +273,7 @@ def _one(
         "peak_memory_bytes": peak,
         "commits": len(commits),
         "changes_committed": sum(commits),
+        "noop_tasks": noops,
         "largest_group": max(commits, default=0),
         "task_phases": phases,
         "slot_held_after_end_median_s": statistics.median(held) if held else None,
@@ -270,9 +286,25 @@ def _one(
     }
 
 
-def main(argv: list[str]) -> None:
-    from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS
+def clean_first_days(table: Any, days: int) -> None:
+    """Delete, with pyiceberg, the training clerks' orders of the backfill's first ``days`` days: the rows
+    the DAG's DELETE removes, as a first run of the backfill would have (none: nothing to do)."""
+    if not days:
+        return
+    from dags.iceberg_dml_backfill import LAST_TRAINING_CLERK
 
+    end = FIRST_DAY + dt.timedelta(days=days)
+    rows = (
+        f"o_orderdate >= '{FIRST_DAY.isoformat()}' AND o_orderdate < '{end.isoformat()}' "
+        f"AND o_clerk <= '{LAST_TRAINING_CLERK}'"
+    )
+    found = table.scan(row_filter=rows, selected_fields=("o_orderkey",)).to_arrow().num_rows
+    table.delete(rows)
+    name = ".".join(table.name())
+    log(f"{name}: deleted the {found} test orders of {days} days from {FIRST_DAY} (already clean)")
+
+
+def _parser(warm_rounds: int) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench backfill")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dates", type=int, default=30)
@@ -280,6 +312,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--engines", default="connect,submit,noop")
     parser.add_argument("--scale-factor", default="0.1")
     parser.add_argument("--repeat", type=int, default=1, help="backfills per configuration (ratios: medians)")
+    parser.add_argument(
+        "--clean-days",
+        default="0",
+        help="comma list: days at the start whose test orders are deleted before the backfill (a re-run)",
+    )
     parser.add_argument(
         "--keep-logs",
         type=Path,
@@ -295,14 +332,21 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--engine-warm-rounds",
         type=int,
-        default=WARM_ROUNDS,
-        help=f"the warm engine's warm-up rounds (default {WARM_ROUNDS}; the results keep them)",
+        default=warm_rounds,
+        help=f"the warm engine's warm-up rounds (default {warm_rounds}; the results keep them)",
     )
     parser.add_argument(
         "--cold-deployment",
         action="store_true",
         help="measure each backfill on a deployment that has run no task before (no warm-up backfill)",
     )
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS
+
+    parser = _parser(WARM_ROUNDS)
     args, _ = parser.parse_known_args(argv)
     if malformed := [setting for setting in args.engine_conf if "=" not in setting]:
         parser.error(f"--engine-conf takes KEY=VALUE, not {', '.join(map(repr, malformed))}")
@@ -311,6 +355,15 @@ def main(argv: list[str]) -> None:
     levels = [2] if args.quick else [int(n) for n in args.max_active_runs.split(",")]
     kinds = ["connect", "noop"] if args.quick else args.engines.split(",")
     scale = "0.01" if args.quick else args.scale_factor
+    cleans = [int(n) for n in args.clean_days.split(",")]
+    if bad := [n for n in cleans if not 0 <= n <= days]:
+        parser.error(f"--clean-days must be between 0 and the {days} days of the backfill, not {bad}")
+    configurations = [
+        (kind, level, clean)
+        for kind, level in itertools.product(kinds, levels)
+        for clean in (cleans if kind != "noop" else [0])
+    ]
+    name = "backfill_remediation" if any(cleans) else "backfill"
 
     from airflow_iceberg_dml import engine
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -333,7 +386,7 @@ def main(argv: list[str]) -> None:
         with postgres_server() as server_uri:
             # Round by round (every configuration once, then again): a machine that slows down or
             # speeds up during the run weighs on every configuration alike.
-            for repeat, kind, level in itertools.product(range(max(1, args.repeat)), kinds, levels):
+            for repeat, (kind, level, clean) in itertools.product(range(max(1, args.repeat)), configurations):
                 row = _one(
                     kind,
                     level,
@@ -345,8 +398,9 @@ def main(argv: list[str]) -> None:
                     repeat=repeat,
                     keep_logs=args.keep_logs,
                     warm_up=not args.cold_deployment,
+                    clean_days=clean,
                 )
-                log(f"backfill {LABELS[kind]}, max_active_runs {level}: {row}")
+                log(f"backfill {_label(row)}, max_active_runs {level}: {row}")
                 rows.append(row)
                 _ratios(rows)  # written after each configuration: a long run keeps what it measured
                 results = {
@@ -358,7 +412,7 @@ def main(argv: list[str]) -> None:
                     "deployment_warm_up": not args.cold_deployment,
                     "rows": rows,
                 }
-                write_results("backfill", results, quick=args.quick)
+                write_results(name, results, quick=args.quick)
     finally:
         engine.stop(engine_home)
         shutil.rmtree(engine_home, ignore_errors=True)  # its logs and class logs: tens of MB a run
@@ -372,29 +426,42 @@ def main(argv: list[str]) -> None:
         slots_table,
         slot_use_table,
         requests_table,
+        *([remediation_table] if any(cleans) else []),
     )
     for report in reports:
         print(report(rows))
-    if not args.quick:
+    if not args.quick and not any(cleans):
         plot(rows, REPO / "docs" / "img" / "backfill.png")
 
 
-def _median_rate(rows: list[dict[str, Any]], engine_kind: str, level: int) -> float | None:
-    """The median changes per minute of ``engine_kind``'s backfills at ``level`` (None: none ran)."""
+def _median_rate(
+    rows: list[dict[str, Any]], engine_kind: str, level: int, clean_days: int = 0
+) -> float | None:
+    """The median changes per minute of ``engine_kind``'s backfills at ``level`` with ``clean_days``
+    (None: none ran)."""
     rates = [
-        r["changes_per_minute"] for r in rows if r["engine"] == engine_kind and r["max_active_runs"] == level
+        r["changes_per_minute"]
+        for r in rows
+        if (r["engine"], r["max_active_runs"], r.get("clean_days", 0)) == (engine_kind, level, clean_days)
     ]
     return statistics.median(rates) if rates else None
 
 
 def _ratios(rows: list[dict[str, Any]]) -> None:
-    """Each backfill's changes per minute against the median of spark-submit's and the no-op's at the
-    same level (one backfill each unless ``--repeat``)."""
+    """Each backfill's changes per minute against the median of spark-submit's with as many clean days and
+    the no-op's, at the same level (one backfill each unless ``--repeat``)."""
     for row in rows:
         for baseline in ("submit", "noop"):
-            rate = _median_rate(rows, baseline, row["max_active_runs"])
+            clean = row.get("clean_days", 0) if baseline == "submit" else 0
+            rate = _median_rate(rows, baseline, row["max_active_runs"], clean)
             if rate is not None and row["engine"] != baseline:
                 row[f"vs_{baseline}"] = row["changes_per_minute"] / rate
+
+
+def _label(row: dict[str, Any]) -> str:
+    """The engine's label, and the days already clean of a re-run (``--clean-days``)."""
+    clean = row.get("clean_days", 0)
+    return LABELS[row["engine"]] + (f", {clean} of {row['days']} days clean" if clean else "")
 
 
 def _commits_cell(row: dict[str, Any]) -> str:
@@ -408,7 +475,7 @@ def table(rows: list[dict[str, Any]]) -> str:
          "commits (largest group)", "conflicts re-planned", "retries", "failures", "peak memory"],
         [
             [
-                LABELS[row["engine"]],
+                _label(row),
                 str(row["max_active_runs"]),
                 f"{row['changes_per_minute']:.1f}",
                 f"{row['vs_submit']:.1f}x" if "vs_submit" in row else "",
@@ -466,6 +533,28 @@ def chain_table(rows: list[dict[str, Any]]) -> str:
     )  # fmt: skip
 
 
+def remediation_table(rows: list[dict[str, Any]]) -> str:
+    """A re-run's work (``--clean-days``): the tasks that ended as no-ops, the tasks that ran a job of their
+    own (the warm engine's task logs), and the commits and the changes they applied."""
+    return markdown_table(
+        ["engine", "max active runs", "changes/min", "no-op tasks", "tasks with a job of their own",
+         "commits (largest group)", "changes committed"],
+        [
+            [
+                _label(row),
+                str(row["max_active_runs"]),
+                f"{row['changes_per_minute']:.1f}",
+                str(row["noop_tasks"]),
+                str(row["task_phases"]["tasks_with_job"]) if row.get("task_phases") else "",
+                _commits_cell(row),
+                str(row["changes_committed"]),
+            ]
+            for row in rows
+            if row["engine"] != "noop"
+        ],
+    )  # fmt: skip
+
+
 def requests_table(rows: list[dict[str, Any]]) -> str:
     """What the tasks asked of Airflow's API server (bench/task_phases.py ``api_requests``): requests a
     task, and the routes, each with its requests a task."""
@@ -473,7 +562,7 @@ def requests_table(rows: list[dict[str, Any]]) -> str:
         ["engine", "max active runs", "requests a task", "by route (a task)"],
         [
             [
-                LABELS[row["engine"]],
+                _label(row),
                 str(row["max_active_runs"]),
                 f"{row['api_requests_per_task']:.1f}",
                 ", ".join(
@@ -492,7 +581,7 @@ def cpu_per_change_table(rows: list[dict[str, Any]]) -> str:
         ["engine", "max active runs", "all", *ROLE_LABELS.values()],
         [
             [
-                LABELS[row["engine"]],
+                _label(row),
                 str(row["max_active_runs"]),
                 f"{row['cpu_seconds']['machine'] / row['changes']:.2f} s",
                 *(f"{seconds:.2f} s" for seconds in per_change(row["cpu_seconds"], row["changes"]).values()),
@@ -509,7 +598,7 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
         ["engine", "max active runs", "CPU busy", "of it, the warm engine's server", "the rest"],
         [
             [
-                LABELS[row["engine"]],
+                _label(row),
                 str(row["max_active_runs"]),
                 f"{row['machine_cpu_share']:.0%}",
                 f"{row['engine_cpu_share']:.0%}" if row["engine"] == "connect" else "",
@@ -552,7 +641,7 @@ def slots_table(rows: list[dict[str, Any]]) -> str:
         ["engine", "max active runs", "slot held after the end: median", "max", "tasks over 1 s"],
         [
             [
-                LABELS[row["engine"]],
+                _label(row),
                 str(row["max_active_runs"]),
                 f"{row['slot_held_after_end_median_s']:.2f} s",
                 f"{row['slot_held_after_end_max_s']:.2f} s",
@@ -571,7 +660,7 @@ def slot_use_table(rows: list[dict[str, Any]]) -> str:
          "task mean", "slots busy"],
         [
             [
-                LABELS[row["engine"]],
+                _label(row),
                 str(row["max_active_runs"]),
                 *(f"{use[name]:.1f} s" for name in ("before_first", "span", "after_last")),
                 f"{use['mean_task']:.2f} s",

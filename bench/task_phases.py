@@ -27,6 +27,8 @@ jobs run one after another: the time between two commits (``commit_interval``) s
 ``tasks_saying_needs_compaction`` counts the tasks whose log warns that their change left the table in
 need of compaction (the health the operator checks after each change).
 
+``noop_tasks`` counts the tasks, on any engine, whose change matched no row (their "No-op" line).
+
 ``api_requests`` counts, from the API server's log, the requests tasks made to Airflow's execution API,
 by route (ids left out): what each task asks of Airflow, Airflow's own requests and the package's.
 """
@@ -214,6 +216,18 @@ def failure_lines(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> 
         said = " | ".join(lines[-6:]) or "no warning or error line"
         found.append(f"{run_id} {task_id} try {try_number} ({state}): {said}")
     return found
+
+
+def noop_tasks(logs: Path, dag_id: str, instances: list[tuple[Any, ...]]) -> int:
+    """How many task tries (``instances``: run_id, task_id, try_number, ...) ended as no-ops: their log's
+    line that says so (``operators/dml_report.py``), on any engine."""
+    from airflow_iceberg_dml.operators.dml_report import NOOP_SAID
+
+    said = 0
+    for run_id, task_id, try_number, *_ in instances:
+        lines = log_lines(log_path(logs, dag_id, run_id, task_id, try_number))
+        said += any(event.startswith(NOOP_SAID) for _, event, _ in lines)
+    return said
 
 
 _WORKLOAD_FINISHED = re.compile(r"^(\S+Z) .*Workload finished.* workload_id=([0-9a-f-]+)")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bench.task_phases import api_requests, log_lines, log_path, phases_of, task_phases
+from bench.task_phases import api_requests, log_lines, log_path, noop_tasks, phases_of, task_phases
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -104,6 +104,31 @@ def test_a_groups_tasks_are_timed_from_the_commit_that_applied_them(tmp_path: Pa
     assert phases["groups_reported"] == 2
     assert phases["group_last_end_after_commit_median_s"] == pytest.approx((0.7 + 0.2) / 2)
     assert phases["tasks_saying_needs_compaction"] == 2  # run0, which committed, and run4, applied by run3
+
+
+def test_no_op_tasks_are_counted_by_the_line_the_operator_logs_on_any_engine(tmp_path: Path) -> None:
+    """``--clean-days``: the tasks whose change matched no row, whether or not a job of their own found it."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from airflow_iceberg_dml.operators.dml_report import log_dml_result
+
+    said: list[str] = []
+    log: Any = SimpleNamespace(info=lambda text, *args: said.append(text % args))
+    result: Any = {"dry_run": False, "noop": True, "snapshot_id": "7"}
+    log_dml_result(log, "bench.orders", result)
+    (noop,) = said
+    write_log(log_path(tmp_path, "d", "run0", "a", 1), [*leader(0)[:3], (1.6, noop, OPERATOR)])  # no job
+    write_log(log_path(tmp_path, "d", "run1", "a", 1), leader(2.9))  # committed
+    write_log(log_path(tmp_path, "d", "run2", "a", 2), [*leader(0)[:5], (2.3, noop, OPERATOR)])  # its own job
+    instances = [
+        ("run0", "a", 1, at(0), at(2.0), "success"),
+        ("run1", "a", 1, at(0), at(3.0), "success"),
+        ("run2", "a", 2, at(0), at(2.5), "success"),
+        ("run3", "a", 1, at(0), at(1.0), "failed"),  # no log
+    ]
+    assert noop_tasks(tmp_path, "d", instances) == 2
+    assert noop_tasks(tmp_path, "d", instances[1:2]) == 0
 
 
 def test_api_requests_are_counted_by_route_without_ids(tmp_path: Path) -> None:
