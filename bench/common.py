@@ -269,9 +269,9 @@ def machine_info() -> dict[str, Any]:
 
 def commit_sizes(table: Any, dag_id: str) -> list[int]:
     """How many changes each commit of ``dag_id``'s tasks on ``table`` applied (more than one: a group
-    commit), oldest first."""
+    commit; not the claiming change when it matched no row), oldest first."""
     from airflow_iceberg_dml.spec import SummaryKey
-    from airflow_iceberg_dml.specs.common import group_entries
+    from airflow_iceberg_dml.specs.common import applied_changes
 
     summaries = [s.summary.additional_properties for s in table.metadata.snapshots if s.summary]
-    return [max(len(group_entries(s)), 1) for s in summaries if s.get(SummaryKey.DAG_ID) == dag_id]
+    return [max(applied_changes(s), 1) for s in summaries if s.get(SummaryKey.DAG_ID) == dag_id]
