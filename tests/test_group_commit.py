@@ -555,11 +555,15 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
 
 
 def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_and_is_a_no_op(
-    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path, capfd
 ) -> None:
     """A claiming task whose own change matches no row (one the files' statistics cannot rule out: its
     rows were deleted before) still commits the waiting change it claimed, at once, and ends as a no-op
-    at the snapshot its job counted at; the waiting task finds its rows in that commit."""
+    at the snapshot its job counted at, with no asset event; the waiting task finds its rows in that
+    commit."""
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
     from tests.dags.group_commit_test_dag import dag
 
     monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
@@ -577,6 +581,10 @@ def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_a
     result = xcom_result(nothing, "delete")
     assert (result["noop"], result["snapshot_id"], result["rows_deleted"]) == (True, str(before), 0)
     assert result["spark_app_id"] is not None  # its own job found it matching nothing, and committed
+    assert "No asset event: nothing was committed for this change" in "".join(capfd.readouterr())
+    with create_session() as session:
+        emitted = session.query(AssetEvent).filter(AssetEvent.source_run_id == nothing.run_id).count()
+    assert emitted == 0
     assert turn.offer.settled()
     after = load(catalog_hook, name)
     commit = after.current_snapshot()
