@@ -161,23 +161,7 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     assert rows == expected
     assert _error_lines(airflow.home / "logs" / f"dag_id={DAG_ID}", expected_logs=2 * len(days)) == []
 
-    # Each run key committed at most once; exactly once where its change matched rows. A group commit
-    # lists the run keys it applied; any other commit carries its own.
-    applied = [_run_keys(snapshot.summary.additional_properties) for snapshot in after.metadata.snapshots]
-    commits = Counter(key for keys in applied for key in keys)
-    assert set(commits.values()) == {1}, commits
-    assert max(len(keys) for keys in applied) > 1, "no change waited for another and was applied with it"
-    committed = Counter(task_id for task_id, _ in commits)
-    days_with_orders = set(in_window)
-    days_with_test_orders = {
-        day
-        for day, clerk in zip(before["o_orderdate"].to_pylist(), before["o_clerk"].to_pylist(), strict=True)
-        if FIRST_DAY <= day <= LAST_DAY and clerk <= LAST_TRAINING_CLERK
-    }
-    assert committed == {
-        "restate_prices": len(days_with_orders),
-        "remove_test_orders": len(days_with_test_orders),
-    }
+    _assert_each_change_committed_once(airflow, after, before)
 
     # Each task's result counts its own day's rows, in a commit of its own or in a group's. A day's
     # UPDATE and DELETE run in either order: the UPDATE restates the test orders too when it goes first.
@@ -256,15 +240,53 @@ def test_tasks_start_with_the_modules_their_scheduler_preloaded(airflow: Airflow
     assert "preloaded the modules its tasks import" in (airflow.home / "scheduler.log").read_text()
 
 
-def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None]]:
-    """The (task, run) of each change of ``DAG_ID`` a commit applied, read from its summary here."""
+def _assert_each_change_committed_once(airflow: AirflowDeployment, after: Any, before: pa.Table) -> None:
+    """Each run key committed at most once; exactly once where its change matched rows."""
+    # A group commit lists the run keys it applied, any other commit carries its own. A claiming job
+    # whose own change matched no row lists its key with 0 rows in the commit of the changes it carried.
+    applied = [_run_keys(snapshot.summary.additional_properties) for snapshot in after.metadata.snapshots]
+    commits = Counter(key for keys in applied for key in keys)
+    assert set(commits.values()) == {1}, commits
+    assert max(len(keys) for keys in applied) > 1, "no change waited for another and was applied with it"
+    committed = Counter(task_id for task_id, _ in commits)
+    days_with_orders = {d for d in before["o_orderdate"].to_pylist() if FIRST_DAY <= d <= LAST_DAY}
+    days_with_test_orders = {
+        day
+        for day, clerk in zip(before["o_orderdate"].to_pylist(), before["o_clerk"].to_pylist(), strict=True)
+        if FIRST_DAY <= day <= LAST_DAY and clerk <= LAST_TRAINING_CLERK
+    }
+    assert committed == {
+        "restate_prices": len(days_with_orders),
+        "remove_test_orders": len(days_with_test_orders),
+    }
+    run_days = {
+        run_id: dt.date.fromisoformat(day)
+        for run_id, day in airflow.query(
+            "SELECT run_id, to_char(logical_date AT TIME ZONE 'UTC', 'YYYY-MM-DD') FROM dag_run"
+            " WHERE dag_id = %s",
+            DAG_ID,
+        )
+    }
+    listed_only = [
+        (task_id, run_days[run_id])
+        for snapshot in after.metadata.snapshots
+        for task_id, run_id in _run_keys(snapshot.summary.additional_properties, rows=False)
+    ]
+    assert all(
+        task_id == "remove_test_orders" and day not in days_with_test_orders for task_id, day in listed_only
+    ), listed_only
+
+
+def _run_keys(summary: dict[str, str], *, rows: bool = True) -> list[tuple[str | None, str | None]]:
+    """The (task, run) of each change of ``DAG_ID`` a commit applied, read from its summary here; with
+    ``rows=False``, those a group commit lists with no row instead (its maker's change, matching none)."""
     if SummaryKey.GROUP in summary:
         return [
             (e["task_id"], e["run_id"])
             for e in json.loads(summary[SummaryKey.GROUP])
-            if e["dag_id"] == DAG_ID
+            if e["dag_id"] == DAG_ID and bool(e.get("rows")) == rows
         ]
-    if summary.get(SummaryKey.DAG_ID) != DAG_ID:
+    if summary.get(SummaryKey.DAG_ID) != DAG_ID or not rows:
         return []
     return [(summary.get(SummaryKey.TASK_ID), summary.get(SummaryKey.RUN_ID))]
 
