@@ -161,7 +161,9 @@ def spark(catalog_hook: IcebergCatalogHook) -> Iterator[SparkSession]:
 @pytest.fixture(scope="session")
 def connect_server(catalog_hook: IcebergCatalogHook) -> Iterator[Any]:
     """One Spark Connect server (the package's local engine) with the tests' catalog, on a free
-    loopback port, named by the ``spark_connect`` connection ``CONNECT_CONN_ID``."""
+    loopback port, named by the ``spark_connect`` connection ``CONNECT_CONN_ID``. Warmed up without the
+    rounds of grouped jobs (about 30 s of each worker's CPU): they only make the first changes faster,
+    which no test here measures, and test_engine_warmup.py runs them."""
     from airflow_iceberg_dml import engine
 
     home = SESSION_TMP / "connect-engine"  # the session's own temp tree, like every job's folder
@@ -170,6 +172,7 @@ def connect_server(catalog_hook: IcebergCatalogHook) -> Iterator[Any]:
         port=free_port(),
         catalog=catalog_hook.catalog_config,
         conf={"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
+        warm_rounds=0,
     )
     os.environ[f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}"] = state.connection_uri
     yield state
