@@ -555,12 +555,12 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
 
 
 def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_and_is_a_no_op(
-    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path, capfd
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path, capfd, caplog
 ) -> None:
     """A claiming task whose own change matches no row (one the files' statistics cannot rule out: its
     rows were deleted before) still commits the waiting change it claimed, at once, and ends as a no-op
     at the snapshot its job counted at, with no asset event; the waiting task finds its rows in that
-    commit."""
+    commit, and a later try of the claiming task reports the same no-op."""
     from airflow.models.asset import AssetEvent
     from airflow.utils.session import create_session
 
@@ -606,6 +606,22 @@ def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_a
     assert isinstance(found, dict)
     assert (found["noop"], found["snapshot_id"], found["group_size"]) == (False, str(commit.snapshot_id), 1)
     assert found["rows_deleted"] == _matching(table, "customer_id", [8])
+
+    # A later try of the claiming task (its first died between the commit and its report) finds that
+    # commit by its run key, says whose changes it holds, and reports the same no-op.
+    retried = IcebergDeleteOperator(
+        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 50}
+    )
+    context = task_context(own_key, try_number=2)
+    spec = retried.build_spec(context, after)
+    capfd.readouterr()
+    again = retried._replay(JobRun(context, catalog_hook), after, spec, commit.snapshot_id)
+    assert again is not None
+    assert (again["noop"], again["snapshot_id"], again["rows_deleted"]) == (True, str(before), 0)
+    assert (
+        f"committed snapshot {commit.snapshot_id} (try 1), the waiting changes it carried; its own matched"
+        in ("".join(capfd.readouterr()) + caplog.text)
+    )
 
 
 def _delete_tasks(

@@ -160,11 +160,13 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
                 write_mode=WriteMode.MERGE_ON_READ.value,
             )
         else:
+            carried = spec.run_key.group_rows(summary) == 0  # result.committed_result: a no-op at the parent
             self.log.info(
-                "Run %s already committed snapshot %s (try %s): returning its result, committing nothing.",
+                "Run %s already committed snapshot %s (try %s)%s: returning its result, committing nothing.",
                 spec.run_key,
                 earlier[0].snapshot_id,
                 summary.get(SummaryKey.TRY_NUMBER),
+                ", the waiting changes it carried; its own matched no row" if carried else "",
             )
             record = JobRecord(outcome=Outcome.REPLAYED, snapshot_id=earlier[0].snapshot_id)
         return self.to_result(
