@@ -344,7 +344,9 @@ class BaseIcebergDmlOperator(
 
     def asset_events(self, run: JobRun, result: DmlResult) -> list[tuple[Asset, dict[str, JsonValue]]]:
         if result["noop"] and not self.asset_event_on_noop:
-            self.log.info("No asset event: nothing was committed for this change (asset_event_on_noop=False)")
+            self.log.info(
+                "No asset event: nothing was committed for this change (asset_event_on_noop=False)."
+            )
             return []
         values: Mapping[str, JsonValue] = result  # type: ignore[assignment]
         extra = {key: values[key] for key in ASSET_EVENT_KEYS}
