@@ -55,6 +55,7 @@ applied, and go to ``backfill_remediation.json`` (no plot) when any N is above 0
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import itertools
 import json
@@ -151,6 +152,14 @@ def warm_up_deployment(airflow: AirflowDeployment, runs: int) -> float:
     return time.monotonic() - started
 
 
+def _scratch_folder(prefix: str) -> Path:
+    """A new temporary folder, removed at exit if its run has not removed it: a run stopped early (an
+    error, or SIGTERM, which ``python -m bench`` turns into ``sys.exit``) leaves nothing in /tmp."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -184,7 +193,7 @@ def _one(
         clean_first_days(create_orders_table(catalog, table, scale), clean_days)
     env = {"AIRFLOW_CONN_SPARK_DEFAULT": engine_uri} if engine_kind == "connect" else {}
     os.environ.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
-    home = Path(tempfile.mkdtemp(prefix=f"bench-backfill-{label}-"))
+    home = _scratch_folder(f"bench-backfill-{label}-")
     memory = MemoryPeak()
     airflow = AirflowDeployment(
         home / "airflow",
@@ -370,7 +379,7 @@ def main(argv: list[str]) -> None:
     from bench.deployment import free_port
 
     rows: list[dict[str, Any]] = []
-    engine_home = Path(tempfile.mkdtemp(prefix="bench-backfill-engine-"))
+    engine_home = _scratch_folder("bench-backfill-engine-")
     started = time.monotonic()
     state = engine.start(
         home=engine_home,
