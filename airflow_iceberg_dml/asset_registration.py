@@ -18,7 +18,8 @@ assets its alias does not resolve to yet need the turn (the operator asks Airflo
 :func:`airflow_iceberg_dml.compat.assets_of_alias`): once linked, reports cannot race, and the tasks of
 a group commit, settled together, report at once instead of one after another. A task
 waits at most ``REPORT_WAIT_S`` in all and then reports anyway (a process that ran a task without
-its callbacks, such as a test calling ``execute``, keeps its turn until it exits).
+its callbacks, such as a test calling ``execute``, keeps its turn until it exits). The turn is the
+process's: tasks run in threads of one process share it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import random
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
 REPORT_WAIT_S = 30.0
 #: The turns this process holds: a task run in-process after another keeps what that one took.
 _HELD: dict[Path, TextIO] = {}
+#: The turn is the process's: tasks run in threads of one process (``execute`` called by a benchmark
+#: or a test) take it one at a time, so that one never waits for a turn its own process holds.
+_TAKING = threading.Lock()
 
 
 def report_lock_path(asset_uri: str) -> Path:
@@ -54,18 +59,21 @@ def take_report_turn(
     the returned function is called; waits at most ``wait_s`` in all, then goes on without the rest."""
     started = time.monotonic()
     taken: list[Path] = []
-    for path in sorted({report_lock_path(uri) for uri in asset_uris}):
-        if path in _HELD:
-            continue
-        handle = open_lock_file(path)
-        while not try_lock(handle.fileno()):
-            if time.monotonic() - started >= wait_s:
-                handle.close()
-                log.info("Reporting without the turn on %s: the task holding it has not reported.", path.name)
-                return lambda: _give_back(taken)
-            time.sleep(0.05 * random.uniform(0.5, 1.5))
-        _HELD[path] = handle
-        taken.append(path)
+    with _TAKING:
+        for path in sorted({report_lock_path(uri) for uri in asset_uris}):
+            if path in _HELD:
+                continue
+            handle = open_lock_file(path)
+            while not try_lock(handle.fileno()):
+                if time.monotonic() - started >= wait_s:
+                    handle.close()
+                    log.info(
+                        "Reporting without the turn on %s: the task holding it has not reported.", path.name
+                    )
+                    return lambda: _give_back(taken)
+                time.sleep(0.05 * random.uniform(0.5, 1.5))
+            _HELD[path] = handle
+            taken.append(path)
     if (waited := time.monotonic() - started) >= 0.5:
         log.info("Waited %.1f s for the tasks before this one to report their events for its tables.", waited)
     return lambda: _give_back(taken)

@@ -120,6 +120,31 @@ def test_a_turn_never_given_back_is_waited_for_at_most_wait_s(
         other.kill()
 
 
+def test_tasks_in_threads_of_one_process_share_its_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two tasks run in threads of one process (``execute`` called by a benchmark) wait together for
+    another process's turn; once it is given back, the first takes it for the process and the second
+    goes on with it, instead of waiting its ``wait_s`` for its own process."""
+    other, release = _other_task(tmp_path, ORDERS)
+    turns: list[tuple[float, Callable[[], None]]] = []
+    try:
+        with caplog.at_level(logging.INFO, logger="task"):
+            threads = [threading.Thread(target=lambda: turns.append(_timed_turn([ORDERS], 20))) for _ in "ab"]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)  # both are waiting for the other process
+            release.write_text("go")
+            for thread in threads:
+                thread.join(30)
+        assert sorted(waited for waited, _ in turns) == pytest.approx([0.5, 0.5], abs=2.0), turns
+        assert "Reporting without the turn" not in caplog.text
+    finally:
+        for _, give_back in turns:
+            give_back()
+        other.kill()
+
+
 def test_the_turn_is_given_back_by_the_tasks_own_callbacks_after_the_users() -> None:
     called: list[str] = []
     operator = BaseOperator(task_id="change", on_success_callback=lambda context: called.append("user"))
