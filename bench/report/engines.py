@@ -178,7 +178,7 @@ def engines_summary_lines(engines: dict[str, Any]) -> list[str]:
             f"{format_bytes(last['live_heap_bytes'])})"
         )
     lines.append(
-        f"- Backfill of {backfill['changes']} small changes: the warm engine makes "
+        f"- {backfill['changes']} small changes one after another (a task each): the warm engine makes "
         f"**{format_ratio(backfill['speedup'])}** the changes per minute of spark-submit{rss}. Server cold "
         f"start {format_seconds(engines['server']['cold_start_seconds'])}, first task "
         f"{format_seconds(engines['server']['first_task_seconds'])}."

@@ -15,6 +15,7 @@ from bench.common import (
 )
 from bench.report.engines import engines_summary_lines
 from bench.report.erasure import erasure_summary_lines
+from bench.report.many_changes import many_changes_summary_lines
 from bench.report.tpch import OURS, _trials
 
 
@@ -82,6 +83,7 @@ def summary_block(
         )
     if engines:
         lines += engines_summary_lines(engines)
+    lines += many_changes_summary_lines()
     erasure = read_results(ERASURE)
     if erasure:
         lines += erasure_summary_lines(erasure)
