@@ -37,7 +37,8 @@ def test_each_level_says_which_goal_it_met_and_which_it_missed() -> None:
     at_8, at_16 = line.split("; at 16")
     assert "at 8 max active runs, 170.9 changes per minute, 10.84x spark-submit's" in at_8
     assert at_8.endswith("0 retries or failures: goals met")
-    assert "235.8 and 224.0 changes per minute, 8.72x and 10.20x spark-submit's and 0.64x and 0.45x" in at_16
+    assert "235.8 and 224.0 changes per minute, 8.72x and 10.20x (median 9.46x) spark-submit's" in at_16
+    assert "and 0.64x and 0.45x (median 0.55x) the no-op floor's" in at_16
     assert "1 retries or failures: missed 10x spark-submit, half the floor and no retry or failure" in at_16
     assert "run of 2026-12-05" in line
 

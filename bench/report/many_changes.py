@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import format_bytes, format_ratio, read_results
+from bench.common import format_bytes, format_ratio, median, read_results
 
 #: Issue 22's goals for a backfill on the warm engine: its changes per minute against spark-submit's and
 #: against the no-op task's (Airflow's floor), with no task retried and none failed.
@@ -14,6 +14,12 @@ SUBMIT_GOAL, FLOOR_GOAL = 10.0, 0.5
 
 def _joined(values: list[str]) -> str:
     return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+
+
+def _ratios(rows: list[dict[str, Any]], key: str) -> str:
+    """Each backfill's ratio, and their median when there are several (what the README's table gives)."""
+    each = _joined([format_ratio(row[key]) for row in rows])
+    return each if len(rows) == 1 else f"{each} (median {format_ratio(median([row[key] for row in rows]))})"
 
 
 def _level_line(rows: list[dict[str, Any]], level: int) -> str | None:
@@ -33,8 +39,7 @@ def _level_line(rows: list[dict[str, Any]], level: int) -> str | None:
     rates = _joined([f"{row['changes_per_minute']:.1f}" for row in ours])
     return (
         f"at {level} max active runs, {rates} changes per minute, "
-        f"{_joined([format_ratio(row['vs_submit']) for row in ours])} spark-submit's and "
-        f"{_joined([format_ratio(row['vs_noop']) for row in ours])} the no-op floor's, "
+        f"{_ratios(ours, 'vs_submit')} spark-submit's and {_ratios(ours, 'vs_noop')} the no-op floor's, "
         f"{sum(row['task_retries'] + row['task_failures'] for row in ours)} retries or failures: "
         + (f"missed {_joined(missed)}" if missed else "goals met")
     )
