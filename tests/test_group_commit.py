@@ -623,6 +623,14 @@ def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_a
         in "".join(capfd.readouterr())
     )
 
+    # Its job, when it finds that commit first (a race with the operator's own look), says so too.
+    replayed = DmlJob(spark, _spec(name, "customer_id = 50", own_key)).run()
+    assert (replayed.outcome, replayed.snapshot_id) == (Outcome.REPLAYED, commit.snapshot_id)
+    assert (
+        f"committed snapshot {commit.snapshot_id}, the waiting changes it carried; its own matched no row"
+        in "".join(capfd.readouterr())
+    )
+
 
 def _delete_tasks(
     catalog_hook: Any, table: Table, before: int, customers: dict[RunKey, int]

@@ -30,6 +30,7 @@ from airflow_iceberg_dml.jobs.row_level import (
     commit_summary,
     earlier_commit,
     find_own_commit,
+    replay_line,
     resolve_write_mode,
 )
 from airflow_iceberg_dml.jobs.runner import (
@@ -132,7 +133,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         check_pinned_head(self.table_name, self.ref, head_before, spec.expected_snapshot_id)
         earlier = self._earlier_commit(head_before)
         if earlier is not None:
-            log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")
+            log(replay_line(self.state, spec.run_key, earlier))
             return self._record(Outcome.REPLAYED, Plan.NOOP, None, None, earlier)
         if head_before is None:
             log("The table has no snapshot on this ref: nothing to change.")

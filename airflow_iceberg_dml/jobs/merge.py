@@ -31,6 +31,7 @@ from airflow_iceberg_dml.jobs.row_level import (
     check_pinned_head,
     commit_summary,
     earlier_commit,
+    replay_line,
     resolve_write_mode,
 )
 from airflow_iceberg_dml.jobs.runner import (
@@ -164,7 +165,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         check_pinned_head(self.table_name, self.ref, head, spec.expected_snapshot_id)
         earlier = self._earlier_commit(head)
         if earlier is not None:
-            log(f"Run {spec.run_key} already committed snapshot {earlier}: returning it, committing nothing.")
+            log(replay_line(self.state, spec.run_key, earlier))
             return self._record(Outcome.REPLAYED, earlier)
         counts = self._counts_before(head)
         if counts is None:

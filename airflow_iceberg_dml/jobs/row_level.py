@@ -131,6 +131,14 @@ def earlier_commit(
     return earlier[0] if earlier else None
 
 
+def replay_line(state: TableState, run_key: RunKey | None, snapshot_id: int) -> str:
+    """What a run that finds its own commit logs. A group commit may list the run with no row: it
+    carried the waiting changes while this one matched none (the task ends as a no-op at its parent)."""
+    carried = run_key is not None and run_key.group_rows(state.summary(snapshot_id)) == 0
+    what = ", the waiting changes it carried; its own matched no row" if carried else ""
+    return f"Run {run_key} already committed snapshot {snapshot_id}{what}: returning it, committing nothing."
+
+
 def check_pinned_head(table_name: str, ref: str, head: int | None, expected: int | None) -> None:
     """Raise when the change was pinned (``expected_snapshot_id``) to a snapshot other than ``head``."""
     if expected is not None and head != expected:
