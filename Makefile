@@ -14,7 +14,7 @@ export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
 
-.PHONY: demo test lint bench install jars clean engine engine-status engine-stop check-floor
+.PHONY: demo example example-name test lint bench install jars clean engine engine-status engine-stop check-floor
 
 install: $(INSTALLED)
 
@@ -41,6 +41,15 @@ $(AIRFLOW_HOME)/.migrated: $(INSTALLED)
 # The quickstart twice: a Spark application per task, then the same tasks over the warm engine.
 demo: $(JARS_READY) $(AIRFLOW_HOME)/.migrated
 	$(BIN)/python dags/iceberg_dml_quickstart.py --compare-engines
+
+# One example DAG of dags/ run once on the embedded default, as its file's demo runs it (the DAGs that
+# have one): make example DAG=iceberg_quality_remediation
+example: example-name $(JARS_READY) $(AIRFLOW_HOME)/.migrated
+	$(BIN)/python dags/$(DAG).py
+
+example-name:
+	@grep -qs '__name__ == "__main__"' dags/$(DAG).py || { echo "Usage: make example DAG=<name>, one of:" \
+		$$(grep -ls '__name__ == "__main__"' dags/*.py | xargs -n1 basename | sed 's/\.py$$//'); exit 2; }
 
 # The local warm engine: a Spark Connect server with the jars and the embedded catalog, on loopback.
 engine: $(JARS_READY)

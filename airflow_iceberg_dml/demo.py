@@ -51,16 +51,19 @@ def tpch_tables(scale_factor: str, *tables: str) -> dict[str, pa.Table]:
         return {table: pq.read_table(Path(folder) / f"{table}.parquet") for table in tables}
 
 
-def create_orders_table(catalog: Catalog, name: str, scale_factor: str) -> Table:
-    """(Re)create ``name``: TPC-H orders at ``scale_factor``, partitioned by order status and order
-    year (so each data file mixes days), format v2, merge-on-read for DELETE, UPDATE and MERGE."""
+def create_orders_table(
+    catalog: Catalog, name: str, scale_factor: str, orders: pa.Table | None = None
+) -> Table:
+    """(Re)create ``name``: TPC-H orders at ``scale_factor`` (or ``orders``, rows of that table),
+    partitioned by order status and order year (so each data file mixes days), format v2, merge-on-read
+    for DELETE, UPDATE and MERGE."""
     import pyarrow as pa
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.transforms import IdentityTransform, YearTransform
     from pyiceberg.types import DateType, DecimalType, IntegerType, LongType, NestedField, StringType
 
-    generated = tpch_tables(scale_factor, "orders")["orders"]
+    generated = orders if orders is not None else tpch_tables(scale_factor, "orders")["orders"]
     schema = Schema(
         NestedField(1, "o_orderkey", LongType(), required=True),
         NestedField(2, "o_custkey", LongType(), required=True),

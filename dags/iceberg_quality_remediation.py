@@ -17,10 +17,16 @@ the table in between, the change fails, writing nothing, rather than touch rows 
 
 Run it after the quickstart (``demo.orders``, whose data is clean: every step then commits nothing),
 or on another table: ``airflow dags trigger iceberg_quality_remediation -c '{"table": "<ns.table>"}'``.
-The quarantine and corrections tables are created on first use.
+The quarantine and corrections tables are created on first use. ``make example
+DAG=iceberg_quality_remediation`` (``python dags/iceberg_quality_remediation.py``) runs it once on
+``demo.orders_quality``: TPC-H orders with three non-positive prices and four unknown priorities,
+whose corrections it files, and prints what each step left.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 import pendulum
 from airflow.sdk import DAG, Param, task
@@ -28,6 +34,9 @@ from airflow.sdk import DAG, Param, task
 from airflow_iceberg_dml.operators.check import IcebergCheckOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PRIORITIES = "('1-URGENT', '2-HIGH', '3-MEDIUM', '4-NOT SPECIFIED', '5-LOW')"
 BAD_PRICE = "NOT coalesce(o_totalprice > 0, FALSE)"
@@ -104,3 +113,62 @@ with DAG(
     recheck = IcebergCheckOperator(task_id="recheck", table="{{ params.table }}", checks=CHECKS)
 
     check >> create_side_tables() >> quarantine >> remove_quarantined >> correct_priorities >> recheck
+
+
+#: The demo's copy of TPC-H orders, and its defects: prices made non-positive, priorities made unknown
+#: (with the corrections the demo files for them).
+DEMO_TABLE = "demo.orders_quality"
+NEGATED_PRICES, ZERO_PRICES = (1, 2), (3,)
+UNKNOWN_PRIORITY = "urgent!"
+CORRECTIONS = {4: "1-URGENT", 5: "2-HIGH", 6: "1-URGENT", 7: "5-LOW"}
+
+
+def with_known_defects(orders: pa.Table) -> pa.Table:
+    """TPC-H ``orders`` with the demo's defects."""
+    import pyarrow as pa
+
+    rows = orders.to_pylist()
+    for row in rows:
+        key = row["o_orderkey"]
+        if key in NEGATED_PRICES:
+            row["o_totalprice"] = -row["o_totalprice"]
+        elif key in ZERO_PRICES:
+            row["o_totalprice"] = Decimal("0.00")
+        elif key in CORRECTIONS:
+            row["o_orderpriority"] = UNKNOWN_PRIORITY
+    return pa.Table.from_pylist(rows, schema=orders.schema)
+
+
+def demo(table: str = DEMO_TABLE) -> Any:
+    """(Re)create ``table`` from TPC-H orders with known defects and file their corrections, run the DAG
+    on it once and print what it left; the DAG run."""
+    import pyarrow as pa
+    from pyiceberg.expressions import In
+
+    from airflow_iceberg_dml.demo import create_orders_table, tpch_tables
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    catalog = IcebergCatalogHook().catalog
+    create_orders_table(catalog, table, "0.01", with_known_defects(tpch_tables("0.01", "orders")["orders"]))
+    for side in (f"{table}_quarantine", f"{table}_corrections"):
+        if catalog.table_exists(side):
+            catalog.purge_table(side)
+    corrections = pa.table({"o_orderkey": list(CORRECTIONS), "o_orderpriority": list(CORRECTIONS.values())})
+    catalog.create_table(f"{table}_corrections", corrections.schema).append(corrections)
+
+    run = dag.test(run_conf={"table": table})
+    print(f"Task states: { {ti.task_id: ti.state for ti in run.get_task_instances()} }")
+    if run.state != "success":
+        raise SystemExit(f"The remediation DAG run ended {run.state}.")
+    quarantined = catalog.load_table(f"{table}_quarantine").scan().to_arrow()["o_orderkey"].to_pylist()
+    orders = catalog.load_table(table).scan(row_filter=In("o_orderkey", list(CORRECTIONS))).to_arrow()
+    priorities = dict(
+        zip(orders["o_orderkey"].to_pylist(), orders["o_orderpriority"].to_pylist(), strict=True)
+    )
+    print(f"Orders quarantined to {table}_quarantine and deleted from {table}: {sorted(quarantined)}")
+    print(f"Priorities of the corrected orders: {dict(sorted(priorities.items()))}")
+    return run
+
+
+if __name__ == "__main__":
+    demo()

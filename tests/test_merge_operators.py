@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_iceberg_dml.demo import create_orders_table
+from airflow_iceberg_dml.demo import create_orders_table, tpch_tables
 from tests.conftest import CATALOG, NAMESPACE, load, new_table_name, run_dag, task_states, xcom_result
 from tests.test_merge import (
     SOURCE_ROWS,
@@ -148,30 +148,23 @@ def test_the_example_overwrite_dag_as_written_recomputes_a_day_twice_to_the_same
 
 
 def test_the_example_remediation_dag_quarantines_corrects_and_rechecks_the_checked_snapshot(
-    spark, catalog_hook, airflow_db, spark_default_over_connect
+    catalog_hook, airflow_db, spark_default_over_connect, capsys
 ):
-    from dags.iceberg_quality_remediation import dag
+    """Its demo as ``make example DAG=iceberg_quality_remediation`` runs it, on a table of this test: the
+    defects it seeds and every row of the orders and the quarantine after, against TPC-H's own rows."""
+    from dags.iceberg_quality_remediation import demo
 
     name = new_table_name("remediation_orders")
-    create_orders_table(catalog_hook.catalog, name, "0.01")
-    full = f"iceberg_default.{name}"
-    # Known-bad data: three orders with a price <= 0 (one NULL-free zero), four with an unknown priority.
-    spark.sql(f"UPDATE {full} SET o_totalprice = -o_totalprice WHERE o_orderkey IN (1, 2)")
-    spark.sql(f"UPDATE {full} SET o_totalprice = 0 WHERE o_orderkey = 3")
-    spark.sql(f"UPDATE {full} SET o_orderpriority = 'urgent!' WHERE o_orderkey IN (4, 5, 6, 7)")
-    spark.sql(f"CREATE TABLE {full}_corrections (o_orderkey BIGINT, o_orderpriority STRING) USING iceberg")
-    spark.sql(
-        f"INSERT INTO {full}_corrections VALUES (4, '1-URGENT'), (5, '2-HIGH'), (6, '1-URGENT'), (7, '5-LOW')"
-    )
-    before = {row["o_orderkey"]: row for row in load(catalog_hook, name).scan().to_arrow().to_pylist()}
-    checked = head_id(catalog_hook, name)
+    generated = {row["o_orderkey"]: row for row in tpch_tables("0.01", "orders")["orders"].to_pylist()}
+    seeded = {key: dict(generated[key], o_totalprice=-generated[key]["o_totalprice"]) for key in (1, 2)}
+    seeded[3] = dict(generated[3], o_totalprice=Decimal("0.00"))
     corrections = {4: "1-URGENT", 5: "2-HIGH", 6: "1-URGENT", 7: "5-LOW"}
 
-    dag_run = run_dag(dag, table=name)
+    dag_run = demo(name)
 
     assert set(task_states(dag_run).values()) == {"success"}, task_states(dag_run)
     first = xcom_result(dag_run, "check")
-    assert first["snapshot_id"] == str(checked)
+    checked = int(first["snapshot_id"])
     assert first["failed"] == ["positive_price", "known_priority"]
     assert (first["checks"]["positive_price"]["failing"], first["checks"]["known_priority"]["failing"]) == (
         3,
@@ -182,15 +175,18 @@ def test_the_example_remediation_dag_quarantines_corrects_and_rechecks_the_check
         row["o_orderkey"]: row
         for row in load(catalog_hook, f"{name}_quarantine").scan().to_arrow().to_pylist()
     }
-    assert quarantined == {key: before[key] for key in (1, 2, 3)}
-    expected = {key: dict(row) for key, row in before.items() if key not in (1, 2, 3)}
+    assert quarantined == seeded
+    expected = {key: row for key, row in generated.items() if key not in seeded}
     for key, priority in corrections.items():
-        expected[key]["o_orderpriority"] = priority
+        expected[key] = dict(expected[key], o_orderpriority=priority)
     after = {row["o_orderkey"]: row for row in load(catalog_hook, name).scan().to_arrow().to_pylist()}
     assert after == expected
     delete = xcom_result(dag_run, "remove_quarantined")
     assert delete["parent_snapshot_id"] == str(checked)
     assert xcom_result(dag_run, "correct_priorities")["parent_snapshot_id"] == delete["snapshot_id"]
+    printed = capsys.readouterr().out
+    assert f"Orders quarantined to {name}_quarantine and deleted from {name}: [1, 2, 3]" in printed
+    assert f"Priorities of the corrected orders: {corrections}" in printed
 
 
 def test_merge_clauses_in_their_dict_form_and_their_sql():

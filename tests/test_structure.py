@@ -1,7 +1,8 @@
 """The shape the code promises (docs/engines.md, the README's "How it works"): checked, not hoped for.
 
 Sizes, operators blind to the engines, template fields named as their constructor parameters, every
-module registered with the provider, and no import circle in ``bench/``. Pure reading of the source.
+module registered with the provider, no import circle in ``bench/``, and the example DAGs that ``make
+example`` runs. Pure reading of the source (and ``make example``'s answer without a DAG to run).
 """
 
 from __future__ import annotations
@@ -278,3 +279,29 @@ def test_parsing_a_dag_file_does_not_import_the_openlineage_client() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert done.stdout.split()[-3:] == ["False", "True", "True"], done.stderr[-2000:]
+
+
+def test_make_example_runs_every_example_the_docs_name_and_lists_them_without_one() -> None:
+    """``make example DAG=<name>`` runs ``dags/<name>.py``'s demo: every name the README and docs give has
+    one, and a name without one (or none) gets the list instead of a silent run that does nothing."""
+    import re
+    import subprocess
+
+    named = {
+        name
+        for text in [
+            (REPO / "README.md").read_text(),
+            *(path.read_text() for path in (REPO / "docs").glob("*.md")),
+        ]
+        for name in re.findall(r"make example\s+DAG=(\w+)", text)
+    }
+    with_demo = {
+        path.stem for path in (REPO / "dags").glob("*.py") if 'if __name__ == "__main__":' in path.read_text()
+    }
+    assert named
+    assert named <= with_demo
+    for argument in ([], ["DAG=iceberg_dml_backfill"]):
+        command = ["make", "-s", "example", *argument]
+        usage = subprocess.run(command, check=False, cwd=REPO, capture_output=True, text=True)
+        assert usage.returncode == 2
+        assert usage.stdout.split("one of:")[1].split() == sorted(with_demo)
