@@ -22,8 +22,9 @@ Each daily run:
 Each task's report (XCom, the table's asset event, a JSON file beside the first table) counts the
 subjects but never names them. See docs/erasure.md.
 
-``python dags/iceberg_privacy_erasure.py`` runs it once as a demo: it files requests, erases them and
-purges at once (``purge_ahead=30d``, ``min_retention=0s``), on whatever ``spark_default`` names.
+``make example DAG=iceberg_privacy_erasure`` (``python dags/iceberg_privacy_erasure.py``) runs it once
+as a demo: it files requests, erases them and purges at once (``purge_ahead=30d``, ``min_retention=0s``),
+on whatever ``spark_default`` names.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ def demo() -> dict[str, Any]:
     run = dag.test(run_conf={"demo": True, "purge_ahead": "30d", "min_retention": "0s"})
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     print(f"Task states: {states}")
+    if run.state != "success":
+        raise SystemExit(f"The erasure DAG run ended {run.state}.")
     return states
 
 

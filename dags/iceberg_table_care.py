@@ -15,7 +15,8 @@
    Set ``orphans_list_only`` to only list them.
 
 The table defaults to the quickstart's ``demo.orders``; trigger with ``{"table": "ns.name"}`` for
-another one, or map the tasks over several tables.
+another one, or map the tasks over several tables. ``make example DAG=iceberg_table_care`` runs it once
+on ``demo.orders`` (after ``make demo``).
 """
 
 from __future__ import annotations
@@ -96,4 +97,8 @@ with DAG(
 
 
 if __name__ == "__main__":
-    dag.test()
+    run = dag.test()
+    if run.state != "success":
+        raise SystemExit(
+            f"The table care DAG run ended {run.state} (its table, demo.orders, comes from make demo)."
+        )
