@@ -85,11 +85,8 @@ def writers_line(writers: dict[str, Any]) -> str:
 def engine_hours_line(hours: dict[str, Any]) -> str:
     """The server's memory over many changes, and the sessions it kept."""
     sessions = hours["max_live_sessions_at_samples"]
-    rss = (
-        format_bytes(hours[key])
-        for key in ("rss_first_bytes", "rss_last_bytes", "rss_growth_second_half_bytes")
-    )
-    first, last, growth = rss
+    first, last = format_bytes(hours["rss_first_bytes"]), format_bytes(hours["rss_last_bytes"])
+    growth = format_bytes(hours["rss_growth_second_half_bytes"])
     return (
         f"- A warm engine over {hours['changes']} changes: server RSS {first} after the first, {last} after "
         f"the last (+{growth} over the second half), "
