@@ -158,7 +158,7 @@ def _time_health(hook: IcebergCatalogHook, name: str, runs: int) -> dict[str, An
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench compaction", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     parser.add_argument(
@@ -170,18 +170,43 @@ def main(argv: list[str] | None = None) -> None:
         "--health-files", type=int, help="data files of the health-check table (default 1000)"
     )
     args, _ = parser.parse_known_args(argv)
-    configure_environment()
-    scale_factor = args.scale_factor or (tpch.QUICK_SCALE_FACTOR if args.quick else DEFAULT_SCALE_FACTOR)
-    deletes = args.deletes or (5 if args.quick else 50)
-    runs = args.runs or (1 if args.quick else 5)
-    health_files = args.health_files or (100 if args.quick else 1000)
+    args.scale_factor = args.scale_factor or (tpch.QUICK_SCALE_FACTOR if args.quick else DEFAULT_SCALE_FACTOR)
+    args.deletes = args.deletes or (5 if args.quick else 50)
+    args.runs = args.runs or (1 if args.quick else 5)
+    args.health_files = args.health_files or (100 if args.quick else 1000)
+    return args
 
+
+def _time_reads(
+    spark: SparkSession, sources: dict[str, str], runs: int
+) -> tuple[dict[str, dict[str, Samples]], int]:
+    """Both queries on the three table states, interleaved, after checking that they hold the same rows
+    and a warm-up read of each (JIT, caches); the times, and the rows the full scan counted."""
+    answers = {state: _collect(spark, tpch.full_scan_query(source)) for state, source in sources.items()}
+    if len({repr(answer) for answer in answers.values()}) != 1:
+        raise AssertionError(f"the three table states differ: {answers}")
+    for source in sources.values():
+        _collect(spark, tpch.selective_query(source))
+    reads: dict[str, dict[str, Samples]] = {
+        state: {"full": Samples(), "selective": Samples()} for state in STATES
+    }
+    for _, state in interleaved(runs, STATES):
+        for query, build in (("full", tpch.full_scan_query), ("selective", tpch.selective_query)):
+            seconds, _ = timed(partial(_collect, spark, build(sources[state])))
+            reads[state][query].add(seconds)
+    return reads, answers["fresh"][0][0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _arguments(argv)
+    configure_environment()
+    scale_factor, deletes, runs = args.scale_factor, args.deletes, args.runs
     started = time.monotonic()
     hook = catalog_hook()
     spark = local_session(hook, "bench-compaction")
     try:
         prepared = _prepare(spark, hook, scale_factor, deletes)
-        piled, piled_id, fresh_id = prepared["piled"], prepared["piled_id"], prepared["fresh_id"]
+        piled = prepared["piled"]
         piled_snapshot = hook.load_table(piled).current_snapshot()
         assert piled_snapshot is not None
         health_before = hook.health(piled)
@@ -190,26 +215,11 @@ def main(argv: list[str] | None = None) -> None:
         health_after = hook.health(piled)
         health_fresh = hook.health(prepared["fresh"])
         log(f"compaction in {compaction_seconds:.1f}s; health after: {health_after.describe()}")
-
-        sources = {
-            "after deletes": f"{piled_id} VERSION AS OF {piled_snapshot.snapshot_id}",
-            "after compaction": piled_id,
-            "fresh": fresh_id,
-        }
-        # Same rows in all three states, and a warm-up read of each (JIT, caches) before timing.
-        answers = {state: _collect(spark, tpch.full_scan_query(source)) for state, source in sources.items()}
-        if len({repr(answer) for answer in answers.values()}) != 1:
-            raise AssertionError(f"the three table states differ: {answers}")
-        for source in sources.values():
-            _collect(spark, tpch.selective_query(source))
-        reads: dict[str, dict[str, Samples]] = {
-            state: {"full": Samples(), "selective": Samples()} for state in STATES
-        }
-        for _, state in interleaved(runs, STATES):
-            for query, build in (("full", tpch.full_scan_query), ("selective", tpch.selective_query)):
-                seconds, _ = timed(partial(_collect, spark, build(sources[state])))
-                reads[state][query].add(seconds)
-        health = _time_health(hook, _health_table(spark, hook, health_files), max(3, runs))
+        piled_id, fresh_id = prepared["piled_id"], prepared["fresh_id"]
+        sources = {"after deletes": f"{piled_id} VERSION AS OF {piled_snapshot.snapshot_id}"}
+        sources |= {"after compaction": piled_id, "fresh": fresh_id}
+        reads, rows = _time_reads(spark, sources, runs)
+        health = _time_health(hook, _health_table(spark, hook, args.health_files), max(3, runs))
     finally:
         spark.stop()
 
@@ -224,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     payload: dict[str, Any] = {
         "scale_factor": scale_factor,
-        "rows": answers["fresh"][0][0],
+        "rows": rows,
         "deletes": deletes,
         "runs": runs,
         "delete_seconds": prepared["delete_seconds"],
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         "compaction_outputs": record.details.get("outputs", {}),
         "health_after_compaction": health_after.to_dict(),
         "files": {state: {"data_files": d, "delete_files": x} for state, (d, x) in files.items()},
-        "reads": {state: {q: s.as_json() for q, s in by_query.items()} for state, by_query in reads.items()},
+        "reads": {state: {q: v.as_json() for q, v in by_query.items()} for state, by_query in reads.items()},
         "compacted_over_fresh": {
             query: ratio(values["after compaction"], values["fresh"]) for query, values in medians.items()
         },
@@ -245,7 +255,6 @@ def main(argv: list[str] | None = None) -> None:
         "runtime_seconds": time.monotonic() - started,
     }
     write_results(NAME, payload, quick=args.quick)
-
     _print_report(payload, medians, files, health_before)
 
 

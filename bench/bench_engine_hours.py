@@ -42,20 +42,27 @@ def _table(hook: Any, name: str) -> None:
     table.append(rows)
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench engine_hours")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--changes", type=int, default=500)
-    parser.add_argument("--every", type=int, default=50)
-    args, _ = parser.parse_known_args(argv)
-    changes, every = (20, 10) if args.quick else (args.changes, args.every)
+def _change(number: int, hook: Any, name: str) -> Any:
+    """The ``number``-th change: odd a DELETE, even an UPDATE, of 50 ids spread over the table."""
+    from airflow_iceberg_dml.spec import DmlSpec, JobKind, RunKey
 
+    key = RunKey("bench_engine_hours", "change", f"change-{number}")
+    low = (number * 97) % ROWS
+    where = f"id >= {low} AND id < {low + 50}"
+    common: dict[str, Any] = {"catalog": hook.catalog_config.name, "table": name, "run_key": key,
+              "snapshot_properties": key.summary_properties(1)}  # fmt: skip
+    if number % 2:
+        return DmlSpec(kind=JobKind.DELETE, where=where, **common)
+    return DmlSpec(kind=JobKind.UPDATE, where=where, assignments={"amount": "amount + 1"}, **common)
+
+
+def _run(changes: int, every: int) -> tuple[list[dict[str, Any]], float]:
+    """The changes through one engine started for them; the samples, and the changes' wall time."""
     import os
 
     from airflow_iceberg_dml import engine
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.hooks.spark_connect import IcebergSparkConnectHook
-    from airflow_iceberg_dml.spec import DmlSpec, JobKind, RunKey
 
     hook = IcebergCatalogHook("iceberg_default")
     name = "bench.engine_hours"
@@ -84,17 +91,9 @@ def main(argv: list[str]) -> None:
     try:
         sample(0)
         for number in range(1, changes + 1):
-            key = RunKey("bench_engine_hours", "change", f"change-{number}")
-            low = (number * 97) % ROWS
-            where = f"id >= {low} AND id < {low + 50}"
-            common: dict[str, Any] = {"catalog": hook.catalog_config.name, "table": name, "run_key": key,
-                      "snapshot_properties": key.summary_properties(1)}  # fmt: skip
-            spec = (
-                DmlSpec(kind=JobKind.DELETE, where=where, **common)
-                if number % 2
-                else DmlSpec(kind=JobKind.UPDATE, where=where, assignments={"amount": "amount + 1"}, **common)
+            IcebergSparkConnectHook(conn_id).submit(
+                _change(number, hook, name), hook.catalog_config, "engine-hours"
             )
-            IcebergSparkConnectHook(conn_id).submit(spec, hook.catalog_config, "engine-hours")
             if number % every == 0:
                 time.sleep(2)  # a released session is closed on the server asynchronously
                 sample(number)
@@ -102,6 +101,17 @@ def main(argv: list[str]) -> None:
     finally:
         engine.stop(home)
         hook.catalog.purge_table(name)
+    return samples, wall
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench engine_hours")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--changes", type=int, default=500)
+    parser.add_argument("--every", type=int, default=50)
+    args, _ = parser.parse_known_args(argv)
+    changes, every = (20, 10) if args.quick else (args.changes, args.every)
+    samples, wall = _run(changes, every)
     half = samples[len(samples) // 2]
     result = {
         "changes": changes,

@@ -32,7 +32,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from bench.common import log, markdown_table, process_tree_cpu_seconds, write_results
 from bench.cpu_use import PART_LABELS, SERVER_PARTS, server_parts, thread_cpu_seconds
@@ -166,19 +166,13 @@ def scans_before_commit(
     return {scan: statistics.median(seconds) for scan, seconds in times.items()}
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench group_job")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=6)
-    args, _ = parser.parse_known_args(argv)
-    rounds = 2 if args.quick else args.rounds
-    scale = "0.1"  # at 0.01 a day has a handful of orders: a waiting day may match no row, and be left out
-
-    from pyspark.sql import SparkSession
-
+def _measure(rounds: int, scale: str) -> tuple[dict[str, list[dict[str, float]]], dict[str, float]]:
+    """A warm-up job, then ``rounds`` group jobs each way (order alternating), then the scans; on an
+    engine and a table started and made for them."""
     from airflow_iceberg_dml import engine
     from airflow_iceberg_dml.demo import create_orders_table
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from airflow_iceberg_dml.hooks.connect_session import open_session
     from airflow_iceberg_dml.jobs.runner import quiet_analysis_errors
     from bench.deployment import free_port
 
@@ -190,7 +184,9 @@ def main(argv: list[str]) -> None:
     measured: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
     try:
         engine_pid = engine.server_pid(state, home)
-        spark = SparkSession.builder.remote(state.url).getOrCreate()
+        # The package's way: PySpark alone would leave this process in Connect mode, and a later
+        # benchmark of the same run could not start its local session. Same API as a classic session.
+        spark = cast("SparkSession", open_session(state.url))
         try:
             day = FIRST_DAY
             grouped_job(spark, hook, day, None, engine_pid)  # warm-up, not counted
@@ -206,30 +202,12 @@ def main(argv: list[str]) -> None:
     finally:
         engine.stop(home)
         hook.catalog.purge_table(TABLE)
-    result = {
-        way: {
-            **{key: statistics.median(run[key] for run in runs) for key in MEASURES},
-            "jobs": len(runs),
-        }
-        for way, runs in measured.items()
-    }
-    # Shares of the CPU all of a way's jobs spent, not medians: those would not add up.
-    shares = {
-        way: {
-            part: sum(run[f"server_{part}_cpu_s"] for run in runs) / sum(run["server_cpu_s"] for run in runs)
-            for part in SERVER_PARTS
-        }
-        for way, runs in measured.items()
-    }
-    ratios = {key: result["file"][key] / result["spark"][key] for key in ("job_s", "server_cpu_s")}
-    payload = {
-        "scale_factor": scale,
-        "ways": result,
-        "file_vs_spark": ratios,
-        "scans_s": scans,
-        "server_cpu_share": shares,
-    }
-    write_results("group_job", payload, quick=args.quick)
+    return measured, scans
+
+
+def _print_tables(payload: dict[str, Any]) -> None:
+    result, ratios = payload["ways"], payload["file_vs_spark"]
+    scans, shares = payload["scans_s"], payload["server_cpu_share"]
     print(
         markdown_table(
             [
@@ -259,3 +237,38 @@ def main(argv: list[str]) -> None:
             [[PART_LABELS[part], *(f"{shares[way][part]:.0%}" for way in WAYS)] for part in SERVER_PARTS],
         )
     )
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench group_job")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=6)
+    args, _ = parser.parse_known_args(argv)
+    rounds = 2 if args.quick else args.rounds
+    scale = "0.1"  # at 0.01 a day has a handful of orders: a waiting day may match no row, and be left out
+    measured, scans = _measure(rounds, scale)
+    result = {
+        way: {
+            **{key: statistics.median(run[key] for run in runs) for key in MEASURES},
+            "jobs": len(runs),
+        }
+        for way, runs in measured.items()
+    }
+    # Shares of the CPU all of a way's jobs spent, not medians: those would not add up.
+    shares = {
+        way: {
+            part: sum(run[f"server_{part}_cpu_s"] for run in runs) / sum(run["server_cpu_s"] for run in runs)
+            for part in SERVER_PARTS
+        }
+        for way, runs in measured.items()
+    }
+    ratios = {key: result["file"][key] / result["spark"][key] for key in ("job_s", "server_cpu_s")}
+    payload = {
+        "scale_factor": scale,
+        "ways": result,
+        "file_vs_spark": ratios,
+        "scans_s": scans,
+        "server_cpu_share": shares,
+    }
+    write_results("group_job", payload, quick=args.quick)
+    _print_tables(payload)

@@ -266,6 +266,25 @@ def poll_after_commit(spark: SparkSession, hook: IcebergCatalogHook, name: str, 
     }
 
 
+def _table(
+    medians: dict[int, dict[str, float]], sizes: dict[int, int], growth: dict[str, float], long_history: int
+) -> str:
+    """Each table's metadata size and median polls, and how much longer the long history's took."""
+    rows = [
+        [
+            f"{count:,} snapshots",
+            format_bytes(sizes[count]),
+            *(milliseconds(medians[count][side]) for side in SIDES),
+            format_ratio(ratio(medians[count][RELOAD], medians[count][POINTER])),
+        ]
+        for count in medians
+    ]
+    rows.append(
+        [f"{long_history:,} / {SHORT_HISTORY}", "", *(format_ratio(growth[side]) for side in SIDES), ""]
+    )
+    return markdown_table(["table", "metadata.json", *SIDES, f"{RELOAD} / {POINTER}"], rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_sensor_poll", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a small smoke run (500 snapshots, 15 polls)")
@@ -295,19 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
 
     growth = {side: ratio(medians[long_history][side], medians[SHORT_HISTORY][side]) for side in SIDES}
-    rows = [
-        [
-            f"{count:,} snapshots",
-            format_bytes(sizes[count]),
-            *(milliseconds(medians[count][side]) for side in SIDES),
-            format_ratio(ratio(medians[count][RELOAD], medians[count][POINTER])),
-        ]
-        for count in tables
-    ]
-    rows.append(
-        [f"{long_history:,} / {SHORT_HISTORY}", "", *(format_ratio(growth[side]) for side in SIDES), ""]
-    )
-    table = markdown_table(["table", "metadata.json", *SIDES, f"{RELOAD} / {POINTER}"], rows)
+    table = _table(medians, sizes, growth, long_history)
     goal_met = growth[POINTER] <= GOAL_RATIO
     print()
     print(table)

@@ -27,12 +27,14 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bench.bench_group_job import TABLE, grouped_job
 from bench.common import log, markdown_table, write_results
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
 JOBS = 12
@@ -54,9 +56,8 @@ GROUP_NAMES = [*(group for group, _ in CLASS_GROUPS), OTHER]
 
 def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, Any]:
     """Start an engine warmed with ``rounds`` rounds, run ``JOBS`` grouped jobs from ``first``, stop it."""
-    from pyspark.sql import SparkSession
-
     from airflow_iceberg_dml import engine
+    from airflow_iceberg_dml.hooks.connect_session import open_session
     from bench.deployment import free_port
 
     home = Path(tempfile.mkdtemp(prefix="bench-warm-up-"))
@@ -70,7 +71,9 @@ def _trial(hook: IcebergCatalogHook, rounds: int, first: dt.date) -> dict[str, A
     jobs: list[dict[str, float]] = []
     try:
         pid = engine.server_pid(state, engine.engine_dir(home))
-        spark = SparkSession.builder.remote(state.url).getOrCreate()
+        # The package's way: PySpark alone would leave this process in Connect mode, and a later
+        # benchmark of the same run could not start its local session. Same API as a classic session.
+        spark = cast("SparkSession", open_session(state.url))
         try:
             loaded_before = class_log.stat().st_size
             for number in range(JOBS):
@@ -118,6 +121,53 @@ def class_groups(log_text: str) -> dict[str, int]:
     return counts
 
 
+#: What each trial measures (seconds), in the order of the printed table's columns.
+_KEYS = ("start_s", "first_jobs_s", "next_jobs_s", "jobs_s", "jobs_server_cpu_s")
+
+
+def _print_tables(payload: dict[str, Any]) -> None:
+    result, ratios = payload["ways"], payload["rounds_vs_classes"]
+    classes = payload["classes_loaded_by_the_jobs"]
+
+    def label(way: str) -> str:
+        return LABELS[way] + (f" ({payload['warm_rounds']})" if way == "rounds" else "")
+
+    print(
+        markdown_table(
+            [
+                "engine started with",
+                "start",
+                "jobs 1-6 (mean)",
+                "jobs 7-12 (mean)",
+                "12 jobs",
+                "their server CPU",
+            ],
+            [
+                [
+                    label(way),
+                    *(f"{result[way][key]:.2f} s" for key in _KEYS),
+                ]
+                for way in WAYS
+            ]
+            + [["rounds / classes only", "", "", "", *(f"{ratio:.2f}x" for ratio in ratios.values())]],
+        )
+    )
+    print()
+    print(
+        markdown_table(
+            ["classes the 12 jobs loaded", *GROUP_NAMES, "all"],
+            [
+                [
+                    label(way),
+                    *(f"{classes[way][group]:g}" for group in GROUP_NAMES),
+                    f"{sum(classes[way].values()):g}",
+                ]
+                for way in WAYS
+            ],
+        )
+    )
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench warm_up")
     parser.add_argument("--quick", action="store_true")
@@ -144,9 +194,8 @@ def main(argv: list[str]) -> None:
                 log(f"warm-up, {LABELS[way]}: start {found['start_s']:.1f} s, jobs {found['jobs_s']:.1f} s")
     finally:
         hook.catalog.purge_table(TABLE)
-    keys = ("start_s", "first_jobs_s", "next_jobs_s", "jobs_s", "jobs_server_cpu_s")
     result = {
-        way: {key: statistics.median(t[key] for t in runs) for key in keys} for way, runs in measured.items()
+        way: {key: statistics.median(t[key] for t in runs) for key in _KEYS} for way, runs in measured.items()
     }
     ratios = {key: result["rounds"][key] / result["classes"][key] for key in ("jobs_s", "jobs_server_cpu_s")}
     classes = {
@@ -164,37 +213,4 @@ def main(argv: list[str]) -> None:
         "classes_the_jobs_loaded_after_the_rounds": measured["rounds"][-1]["classes_loaded_not_generated"],
     }
     write_results("warm_up", payload, quick=args.quick)
-    print(
-        markdown_table(
-            [
-                "engine started with",
-                "start",
-                "jobs 1-6 (mean)",
-                "jobs 7-12 (mean)",
-                "12 jobs",
-                "their server CPU",
-            ],
-            [
-                [
-                    LABELS[way] + (f" ({WARM_ROUNDS})" if way == "rounds" else ""),
-                    *(f"{result[way][key]:.2f} s" for key in keys),
-                ]
-                for way in WAYS
-            ]
-            + [["rounds / classes only", "", "", "", *(f"{ratio:.2f}x" for ratio in ratios.values())]],
-        )
-    )
-    print()
-    print(
-        markdown_table(
-            ["classes the 12 jobs loaded", *GROUP_NAMES, "all"],
-            [
-                [
-                    LABELS[way] + (f" ({WARM_ROUNDS})" if way == "rounds" else ""),
-                    *(f"{classes[way][group]:g}" for group in GROUP_NAMES),
-                    f"{sum(classes[way].values()):g}",
-                ]
-                for way in WAYS
-            ],
-        )
-    )
+    _print_tables(payload)

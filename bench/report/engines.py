@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.bench_engines import Engine
 from bench.common import (
     format_bytes,
     format_percent,
@@ -14,6 +13,7 @@ from bench.common import (
     ratio,
     ratio_table,
 )
+from bench.engine_tasks import Engine
 
 CONNECT = str(Engine.CONNECT)
 SPARK_SUBMIT = str(Engine.SPARK_SUBMIT)
@@ -58,9 +58,52 @@ def _engine_phases(engines: dict[str, Any], scale_factor: float) -> str:
     )
 
 
+def _backfill_text(backfill: dict[str, Any]) -> str:
+    sides = backfill["sides"]
+    backfill_rows = [
+        [
+            side,
+            format_seconds(sides[side]["total_seconds"]),
+            format_seconds(sides[side]["median_seconds"]),
+            format_seconds(sides[side]["seconds"][0]),
+            f"{sides[side]['changes_per_minute']:.1f}",
+        ]
+        for side in (CONNECT, SPARK_SUBMIT)
+    ]
+    return (
+        f"Backfill: {backfill['changes']} changes in sequence on `{backfill['table']}` (SF "
+        f"{backfill['scale_factor']:g}; {backfill['predicates']}, one task each), each engine from the "
+        "same base snapshot:\n\n"
+        + markdown_table(
+            ["engine", "total", "median per change", "first change", "changes per minute"], backfill_rows
+        )
+        + f"\n\n**{format_ratio(backfill['speedup'])} the changes per minute** over the warm engine."
+    )
+
+
+def _memory_text(engines: dict[str, Any]) -> str:
+    server, backfill = engines["server"], engines["backfill"]
+    tasks = (
+        backfill["changes"]
+        + sum(len(change["sides"][CONNECT]["total_seconds"]["runs"]) for change in engines["changes"])
+        + engines["warm_up_runs"] * len(engines["scale_factors"])
+    )
+    memory_rows = [
+        [
+            f"{point} (all {tasks} tasks it ran)" if point == "at the end" else point,
+            format_bytes(values["rss_bytes"]) if values["rss_bytes"] is not None else "-",
+            format_bytes(values["live_heap_bytes"]) if values["live_heap_bytes"] is not None else "-",
+        ]
+        for point, values in server["memory"].items()
+    ]
+    return "The server's memory:\n\n" + markdown_table(
+        ["when", "resident memory (RSS)", "live heap after a full GC"], memory_rows
+    )
+
+
 def engines_block(engines: dict[str, Any]) -> str:
     """The warm engine against spark-submit and pyiceberg: server start, changes, backfill, memory, goals."""
-    server, backfill = engines["server"], engines["backfill"]
+    server = engines["server"]
     selectivity = engines["selectivity"]
     scales = " and ".join(f"{scale:g}" for scale in engines["scale_factors"])
     plural = "s" if len(engines["scale_factors"]) > 1 else ""
@@ -91,42 +134,7 @@ def engines_block(engines: dict[str, Any]) -> str:
         for change in engines["changes"]
     )
     phases = "\n\n".join(_engine_phases(engines, scale) for scale in engines["scale_factors"])
-    sides = backfill["sides"]
-    backfill_rows = [
-        [
-            side,
-            format_seconds(sides[side]["total_seconds"]),
-            format_seconds(sides[side]["median_seconds"]),
-            format_seconds(sides[side]["seconds"][0]),
-            f"{sides[side]['changes_per_minute']:.1f}",
-        ]
-        for side in (CONNECT, SPARK_SUBMIT)
-    ]
-    backfill_text = (
-        f"Backfill: {backfill['changes']} changes in sequence on `{backfill['table']}` (SF "
-        f"{backfill['scale_factor']:g}; {backfill['predicates']}, one task each), each engine from the "
-        "same base snapshot:\n\n"
-        + markdown_table(
-            ["engine", "total", "median per change", "first change", "changes per minute"], backfill_rows
-        )
-        + f"\n\n**{format_ratio(backfill['speedup'])} the changes per minute** over the warm engine."
-    )
-    tasks = (
-        backfill["changes"]
-        + sum(len(change["sides"][CONNECT]["total_seconds"]["runs"]) for change in engines["changes"])
-        + engines["warm_up_runs"] * len(engines["scale_factors"])
-    )
-    memory_rows = [
-        [
-            f"{point} (all {tasks} tasks it ran)" if point == "at the end" else point,
-            format_bytes(values["rss_bytes"]) if values["rss_bytes"] is not None else "-",
-            format_bytes(values["live_heap_bytes"]) if values["live_heap_bytes"] is not None else "-",
-        ]
-        for point, values in server["memory"].items()
-    ]
-    memory = "The server's memory:\n\n" + markdown_table(
-        ["when", "resident memory (RSS)", "live heap after a full GC"], memory_rows
-    )
+    backfill_text, memory = _backfill_text(engines["backfill"]), _memory_text(engines)
     goal_lines = "\n".join(
         f"- {'met' if goal['met'] else '**missed**'}: {goal['goal']}: "
         + (format_seconds(goal["value"]) if goal["unit"] == "seconds" else format_ratio(goal["value"]))

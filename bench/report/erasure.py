@@ -17,15 +17,11 @@ def _files(writes: dict[str, Any]) -> str:
     return f"{written:,.0f} ({data:,.0f} data + {deletes:,.0f} delete)"
 
 
-def erasure_block(erasure: dict[str, Any]) -> str:
-    """Batched against naive erasure, the purge against a full compaction, the checks."""
-    tables, batched, naive = erasure["tables"], erasure["batched"], erasure["naive"]
-    compaction, purge, ratios = erasure["compaction"], erasure["purge"], erasure["ratios"]
+def _setup(erasure: dict[str, Any]) -> str:
+    tables, naive = erasure["tables"], erasure["naive"]
     erased, sample_rows = erasure["erased_rows"], erasure["sample_rows"]
-    extrapolated = naive["extrapolated"]
-    scale = extrapolated["customers"] / naive["customers"]
     orders, lineitem = tables["orders"], tables["lineitem"]
-    setup = (
+    return (
         f"TPC-H scale factor {erasure['scale_factor']:g}: `orders` {orders['total-records']:,} rows "
         f"in {orders['total-data-files']} data files, `lineitem` "
         f"{lineitem['total-records']:,} rows in {lineitem['total-data-files']} data files "
@@ -36,6 +32,12 @@ def erasure_block(erasure: dict[str, Any]) -> str:
         f"started in {format_seconds(erasure['server']['cold_start_seconds'])} (not counted). One run of "
         f"each side; this run took {erasure['runtime_seconds'] / 60:.0f} min."
     )
+
+
+def _erase_table(erasure: dict[str, Any]) -> str:
+    batched, naive = erasure["batched"], erasure["naive"]
+    extrapolated = naive["extrapolated"]
+    scale = extrapolated["customers"] / naive["customers"]
     naive_tasks = naive["tasks"]
     erase_rows = [
         [
@@ -66,12 +68,16 @@ def erasure_block(erasure: dict[str, Any]) -> str:
             f"{extrapolated['files_written']:,.0f}",
         ],
     ]
-    erase_table = markdown_table(
+    return markdown_table(
         ["way", "customers", "tasks", "wall time", "per customer", "commits", "files written"], erase_rows
     )
+
+
+def _naive_text(erasure: dict[str, Any]) -> str:
+    batched, naive, ratios = erasure["batched"], erasure["naive"], erasure["ratios"]
     trend = naive["task_trend_seconds"]
     medians = naive["task_median_seconds"]
-    naive_text = (
+    return (
         "**Naive (extrapolated) / batched: "
         f"{format_ratio(ratios['naive_extrapolated_over_batched_seconds'])} the time, "
         f"{format_ratio(ratios['naive_extrapolated_over_batched_files'])} the files written.** The measured "
@@ -84,9 +90,13 @@ def erasure_block(erasure: dict[str, Any]) -> str:
         f"then {format_seconds(trend['orders']['last'])}."
     )
 
-    def left(entry: dict[str, Any]) -> str:
-        return f"{entry['after']['total-data-files']} data, {entry['after']['total-delete-files']} delete"
 
+def _left(entry: dict[str, Any]) -> str:
+    return f"{entry['after']['total-data-files']} data, {entry['after']['total-delete-files']} delete"
+
+
+def _maintenance_table(erasure: dict[str, Any]) -> str:
+    compaction, purge = erasure["compaction"], erasure["purge"]
     purge_tables, compaction_tables = purge["tables"], compaction["tables"]
     maintenance_rows = [
         [
@@ -96,17 +106,17 @@ def erasure_block(erasure: dict[str, Any]) -> str:
             " / ".join(
                 f"{purge_tables[kind]['data_files_with_erased_rows']}" for kind in ("orders", "lineitem")
             ),
-            "; ".join(f"`{kind}` {left(purge_tables[kind])}" for kind in ("orders", "lineitem")),
+            "; ".join(f"`{kind}` {_left(purge_tables[kind])}" for kind in ("orders", "lineitem")),
         ],
         [
             "full compaction (`force=True, rewrite_all=True`)",
             format_seconds(compaction["seconds"]),
             f"{compaction['data_files_rewritten']}",
             "-",
-            "; ".join(f"`{kind}` {left(compaction_tables[kind])}" for kind in ("orders", "lineitem")),
+            "; ".join(f"`{kind}` {_left(compaction_tables[kind])}" for kind in ("orders", "lineitem")),
         ],
     ]
-    maintenance = markdown_table(
+    return markdown_table(
         [
             "from the table after the batched erasure",
             "wall time",
@@ -116,10 +126,11 @@ def erasure_block(erasure: dict[str, Any]) -> str:
         ],
         maintenance_rows,
     )
-    steps = markdown_table(
-        ["purge step", "seconds"],
-        [[purge["step_labels"][key], format_seconds(value)] for key, value in purge["steps"].items()],
-    )
+
+
+def _check_lines(erasure: dict[str, Any]) -> str:
+    naive, purge = erasure["naive"], erasure["purge"]
+    purge_tables = purge["tables"]
     expiry = "; ".join(
         f"`{kind}`: {purge_tables[kind]['snapshots_expired']} snapshots expired, "
         f"{purge_tables[kind]['files_deleted_by_expiry']} files deleted by the expiry, verification read "
@@ -129,7 +140,7 @@ def erasure_block(erasure: dict[str, Any]) -> str:
         for kind in ("orders", "lineitem")
     )
     checks = erasure["checks"]
-    check_lines = "\n".join(
+    return "\n".join(
         [
             f"- after the batched erasure: {checks['batched']['orders_remaining']} orders and "
             f"{checks['batched']['lineitem_remaining']} line items of the {erasure['customers']:,} customers "
@@ -146,18 +157,27 @@ def erasure_block(erasure: dict[str, Any]) -> str:
             "live (none lost).",
         ]
     )
+
+
+def erasure_block(erasure: dict[str, Any]) -> str:
+    """Batched against naive erasure, the purge against a full compaction, the checks."""
+    purge, ratios = erasure["purge"], erasure["ratios"]
+    steps = markdown_table(
+        ["purge step", "seconds"],
+        [[purge["step_labels"][key], format_seconds(value)] for key, value in purge["steps"].items()],
+    )
     return "\n\n".join(
         [
-            setup,
-            "Erasing the customers from `orders` and `lineitem`:\n\n" + erase_table,
-            naive_text,
+            _setup(erasure),
+            "Erasing the customers from `orders` and `lineitem`:\n\n" + _erase_table(erasure),
+            _naive_text(erasure),
             "Removing the erased rows from the data files:\n\n"
-            + maintenance
+            + _maintenance_table(erasure)
             + f"\n\n**Purge / full compaction: {format_ratio(ratios['purge_over_compaction_seconds'])} the "
             "time.**",
             "Where the purge's time goes (from the job's own lines; the steps add up to its wall time):\n\n"
             + steps,
-            "Checked in the run (not timed):\n\n" + check_lines,
+            "Checked in the run (not timed):\n\n" + _check_lines(erasure),
         ]
     )
 

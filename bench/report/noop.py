@@ -13,12 +13,40 @@ from bench.common import (
 )
 
 
+def _median_of(table: dict[str, Any], side: Side) -> str:
+    return format_seconds(table["sides"][side]["median"])
+
+
+def _jobs_table(tables: list[dict[str, Any]]) -> str:
+    """The DELETE job with the check and without it, on a match and on a no-match."""
+    return markdown_table(
+        [
+            "table",
+            str(Side.JOB_MATCH),
+            str(Side.JOB_MATCH_UNCHECKED),
+            "with / without check",
+            f"{Side.JOB_NO_MATCH} (commits nothing)",
+            f"{Side.JOB_NO_MATCH_UNCHECKED} (commits an empty snapshot)",
+            "with / without check",
+        ],
+        [
+            [
+                f"`{table['table']}`",
+                _median_of(table, Side.JOB_MATCH),
+                _median_of(table, Side.JOB_MATCH_UNCHECKED),
+                format_ratio(table["ratios"]["job_over_job_without_check"]),
+                _median_of(table, Side.JOB_NO_MATCH),
+                _median_of(table, Side.JOB_NO_MATCH_UNCHECKED),
+                format_ratio(table["ratios"]["job_no_match_over_without_check"]),
+            ]
+            for table in tables
+        ],
+    )
+
+
 def noop_check_block(noop: dict[str, Any]) -> str:
     """The existence check alone, and the DELETE job with and without it, per table."""
     tables = noop["tables"]
-
-    def median_of(table: dict[str, Any], side: Side) -> str:
-        return format_seconds(table["sides"][side]["median"])
 
     def label(table: dict[str, Any]) -> str:
         return f"`{table['table']}` ({table['rows']:,} rows, {table['data_files']} data files)"
@@ -37,36 +65,17 @@ def noop_check_block(noop: dict[str, Any]) -> str:
         [
             [
                 label(table),
-                *(median_of(table, side) for side in (Side.CHECK_NO_MATCH, Side.CHECK_MATCH, Side.JOB_MATCH)),
+                *(
+                    _median_of(table, side)
+                    for side in (Side.CHECK_NO_MATCH, Side.CHECK_MATCH, Side.JOB_MATCH)
+                ),
                 format_percent(table["ratios"]["check_no_match_over_job"]),
                 format_percent(table["ratios"]["check_match_over_job"]),
             ]
             for table in tables
         ],
     )
-    jobs = markdown_table(
-        [
-            "table",
-            str(Side.JOB_MATCH),
-            str(Side.JOB_MATCH_UNCHECKED),
-            "with / without check",
-            f"{Side.JOB_NO_MATCH} (commits nothing)",
-            f"{Side.JOB_NO_MATCH_UNCHECKED} (commits an empty snapshot)",
-            "with / without check",
-        ],
-        [
-            [
-                f"`{table['table']}`",
-                median_of(table, Side.JOB_MATCH),
-                median_of(table, Side.JOB_MATCH_UNCHECKED),
-                format_ratio(table["ratios"]["job_over_job_without_check"]),
-                median_of(table, Side.JOB_NO_MATCH),
-                median_of(table, Side.JOB_NO_MATCH_UNCHECKED),
-                format_ratio(table["ratios"]["job_no_match_over_without_check"]),
-            ]
-            for table in tables
-        ],
-    )
+    jobs = _jobs_table(tables)
     return (
         f"TPC-H scale factor {noop['scale_factor']:g}, merge-on-read, every job from the tagged base "
         f"snapshot; median of {noop['runs']} runs of each side, interleaved, after "
