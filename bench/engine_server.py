@@ -15,16 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_dml.spec import LOG_PREFIX
 from bench.common import format_bytes, format_seconds, log
 from bench.deployment import free_port
 from bench.engine_changes import SPARK_CONN_ID
 from bench.probes import Call, record_calls, stamp_job_lines
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from airflow_iceberg_dml import engine as engine_module
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from bench.probes import SubmitTrace
 
 _CONN_ENV = f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}"
 
@@ -60,6 +62,34 @@ def trace_connect_jobs() -> Iterator[ConnectTrace]:
         record_calls(spark_connect, "open_session") as opens,
     ):
         yield ConnectTrace(submits, opens, lines)
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """A job's time seen from its task: the hook's ``submit`` call, when the job logged each of the lines
+    asked for, what the hook did before the job (spark-submit: until its process started; Connect: until
+    the session opened) and the session's start, to the first of those lines."""
+
+    call: Call
+    lines: list[float]
+    prepare: float
+    session: float
+
+
+def job_times(
+    submits: list[SubmitTrace], connect: ConnectTrace, starts: Sequence[str], *, on_spark_submit: bool
+) -> JobTimes:
+    """The one job a task ran, on spark-submit (``submits``) or on Spark Connect (``connect``): when it
+    logged the first line starting with each of ``starts`` (the package's job lines, without the prefix
+    spark-submit's output gives them)."""
+    if on_spark_submit:
+        (traced,) = submits
+        job, call = traced.process, traced.call
+        lines = [job.line_time(LOG_PREFIX + start) for start in starts]
+        return JobTimes(call, lines, job.started - call.started, lines[0] - job.started)
+    (call,), (opened,) = connect.submits, connect.opens
+    lines = [connect.line_time(start) for start in starts]
+    return JobTimes(call, lines, opened.started - call.started, lines[0] - opened.started)
 
 
 @contextmanager

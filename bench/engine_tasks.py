@@ -9,9 +9,8 @@ from contextlib import ExitStack
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from airflow_iceberg_dml.spec import LOG_PREFIX
 from bench.engine_changes import PYICEBERG_CALLS
-from bench.engine_server import trace_connect_jobs
+from bench.engine_server import job_times, trace_connect_jobs
 from bench.probes import record_calls, trace_hook_submits
 
 if TYPE_CHECKING:
@@ -61,10 +60,6 @@ def _dag(engine: Engine, kind: Kind) -> DAG:
     return dags.delete_dag if kind is Kind.DELETE else dags.update_dag
 
 
-def _job_phases(first: float, plan: float, committed: float) -> dict[str, float]:
-    return {"validation": plan - first, "dml": committed - plan}
-
-
 def run_task(engine: Engine, kind: Kind, table: str, where: str) -> dict[str, float]:
     """One ``dag.test()`` of the one-task DAG of ``engine`` and ``kind``; its phases (seconds)."""
     from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
@@ -95,28 +90,19 @@ def run_task(engine: Engine, kind: Kind, table: str, where: str) -> dict[str, fl
         body = call.ended - call.started
         return {"airflow": total - body, "pyiceberg": body}
     (execute,) = executes
-    if engine is Engine.SPARK_SUBMIT:
-        (traced,) = submits
-        job, call = traced.process, traced.call
-        first, plan, committed = (
-            job.line_time(f"{LOG_PREFIX}{kind.value} on"),
-            job.line_time(f"{LOG_PREFIX}Plan:"),
-            job.line_time(f"{LOG_PREFIX}Committed snapshot"),
-        )
-        prepare, session = job.started - call.started, first - job.started
-    else:
-        (call,), (opened,) = connect.submits, connect.opens
-        first, plan, committed = (
-            connect.line_time(f"{kind.value} on"),
-            connect.line_time("Plan:"),
-            connect.line_time("Committed snapshot"),
-        )
-        prepare, session = opened.started - call.started, first - opened.started
+    times = job_times(
+        submits,
+        connect,
+        (f"{kind.value} on", "Plan:", "Committed snapshot"),
+        on_spark_submit=engine is Engine.SPARK_SUBMIT,
+    )
+    call, (first, plan, committed) = times.call, times.lines
     return {
         "airflow": (execute.started - started) + (ended - execute.ended),
         "operator": (call.started - execute.started) + (execute.ended - call.ended),
-        "prepare": prepare,
-        "session": session,
-        **_job_phases(first, plan, committed),
+        "prepare": times.prepare,
+        "session": times.session,
+        "validation": plan - first,
+        "dml": committed - plan,
         "end": call.ended - committed,
     }

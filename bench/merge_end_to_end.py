@@ -11,7 +11,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.spec import LOG_PREFIX
 from bench.common import Samples, format_seconds, interleaved, log
 from bench.merge_tables import Case, Mode, check, reset
 from bench.probes import record_calls, run_traced, trace_hook_submits
@@ -51,7 +50,7 @@ def run_operator(side: Side, target: BenchTable, case: Case) -> dict[str, float]
     """One ``dag.test()`` of the MERGE DAG on the engine of ``side``; its phases (seconds)."""
     from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
     from bench.dags.bench_merge_dag import dag
-    from bench.engine_server import trace_connect_jobs
+    from bench.engine_server import job_times, trace_connect_jobs
 
     with ExitStack() as stack:
         executes = stack.enter_context(record_calls(BaseIcebergDmlOperator, "execute"))
@@ -67,30 +66,18 @@ def run_operator(side: Side, target: BenchTable, case: Case) -> dict[str, float]
     if ran != ((1, 0) if side is Side.OPERATOR else (0, 1)):
         raise RuntimeError(f"{side}: expected one job on its engine, ran {ran} (spark-submit, Connect)")
     (execute,) = executes
-    if side is Side.OPERATOR:
-        (traced,) = submits
-        job, call = traced.process, traced.call
-        first, pinned, plan, committed = (
-            job.line_time(LOG_PREFIX + "MERGE into"),
-            job.line_time(LOG_PREFIX + "Source "),
-            job.line_time(LOG_PREFIX + "Plan:"),
-            job.line_time(LOG_PREFIX + "Committed snapshot"),
-        )
-        prepare, session = job.started - call.started, first - job.started
-    else:
-        (call,), (opened,) = connect.submits, connect.opens
-        first, pinned, plan, committed = (
-            connect.line_time("MERGE into"),
-            connect.line_time("Source "),
-            connect.line_time("Plan:"),
-            connect.line_time("Committed snapshot"),
-        )
-        prepare, session = opened.started - call.started, first - opened.started
+    times = job_times(
+        submits,
+        connect,
+        ("MERGE into", "Source ", "Plan:", "Committed snapshot"),
+        on_spark_submit=side is Side.OPERATOR,
+    )
+    call, (first, pinned, plan, committed) = times.call, times.lines
     return {
         "airflow": (execute.started - started) + (ended - execute.ended),
         "operator": (call.started - execute.started) + (execute.ended - call.ended),
-        "prepare": prepare,
-        "session": session,
+        "prepare": times.prepare,
+        "session": times.session,
         "load": pinned - first,
         "count": plan - pinned,
         "merge": committed - plan,
