@@ -638,6 +638,28 @@ def test_a_session_finalized_on_the_shared_release_pool_leaves_that_pool_alone(c
         session.stop()
 
 
+def test_a_connect_session_leaves_the_process_classic_sessions_working(spark, connect_server):
+    """A session opened with ``pyspark.sql.SparkSession.builder.remote(url)`` switches the whole process to
+    Spark Connect until it stops (an environment variable that ``pyspark.sql.functions`` and the next
+    builder read): a classic session's column expressions then come out as Connect ones, and a new local
+    session asks for a Connect URL. Two benchmarks opened theirs that way, and the next benchmark's local
+    session stopped with CONNECT_URL_NOT_SET. ``open_session`` leaves the process as it was (this fails
+    when it opens the session with that builder)."""
+    import os
+
+    from pyspark.sql import functions
+
+    from airflow_iceberg_dml.hooks.connect_session import open_session
+
+    session = open_session(connect_server.url)
+    try:
+        assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+        assert spark.range(5).where(functions.col("id") >= 2).count() == 3  # a classic column
+        assert session.sql("SELECT count(*) AS n FROM range(5) WHERE id >= 2").first()["n"] == 3
+    finally:
+        session.stop()
+
+
 def test_a_commits_summary_settings_go_to_the_server_in_one_request_each_way(connect_server, monkeypatch):
     """A commit's summary properties (about ten) are set in the session before its statement and unset
     after it, while the table's turn is held: over Spark Connect one request each way

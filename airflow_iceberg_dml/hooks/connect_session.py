@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
     from pyspark.sql.connect.session import SparkSession
 
-#: The environment variable PySpark sets, process-wide, when a Connect session is created.
-_CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 #: PySpark's Spark Connect client logger, and the variable that turns it on (PySpark's own rule).
 _CLIENT_LOGGER, _CLIENT_LOG_LEVEL_ENV = "pyspark.sql.connect.logging", "SPARK_CONNECT_LOG_LEVEL"
 #: How long a job's client keeps retrying a server it cannot reach before the task fails (seconds);
@@ -80,24 +78,20 @@ def version_mismatch(client: str, server: str) -> str | None:
 def open_session(url: str) -> SparkSession:
     """A new session on the Spark Connect server at ``url`` (or the one its ``session_id`` names).
 
-    Creating it switches the whole process to Spark Connect (PySpark sets an environment variable
-    that its ``functions`` read). The jobs pick their functions per session
-    (:func:`airflow_iceberg_dml.jobs.runner.functions`), so the switch is undone here: classic
-    sessions this process may still start keep working.
+    Opened with Spark Connect's own builder: PySpark's ``SparkSession.builder.remote(url)`` would
+    switch the whole process to Spark Connect until the session stops (an environment variable that
+    ``pyspark.sql.functions`` and the next builder read), so that classic sessions this process may
+    still start would build Connect columns. The jobs pick their functions per session
+    (:func:`airflow_iceberg_dml.jobs.runner.functions`).
     """
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     from airflow_iceberg_dml.compat import without_finalizer_close
 
     quiet_client_log()
-    had_mode = os.environ.get(_CONNECT_MODE_ENV)
-    try:
-        session = ConnectSession.builder.remote(url).create()
-        without_finalizer_close(session)  # whoever opens it stops it (see compat)
-        return session
-    finally:
-        if had_mode is None:
-            os.environ.pop(_CONNECT_MODE_ENV, None)
+    session = ConnectSession.builder.remote(url).create()
+    without_finalizer_close(session)  # whoever opens it stops it (see compat)
+    return session
 
 
 def quiet_client_log() -> None:
