@@ -200,49 +200,73 @@ def _time_reads(
 def main(argv: list[str] | None = None) -> None:
     args = _arguments(argv)
     configure_environment()
-    scale_factor, deletes, runs = args.scale_factor, args.deletes, args.runs
     started = time.monotonic()
     hook = catalog_hook()
     spark = local_session(hook, "bench-compaction")
     try:
-        prepared = _prepare(spark, hook, scale_factor, deletes)
-        piled = prepared["piled"]
-        piled_snapshot = hook.load_table(piled).current_snapshot()
-        assert piled_snapshot is not None
-        health_before = hook.health(piled)
-        log(f"health after the deletes: {health_before.describe()}; needs: {list(health_before.needs)}")
-        compaction_seconds, record = _compact(spark, hook, piled)
-        health_after = hook.health(piled)
-        health_fresh = hook.health(prepared["fresh"])
-        log(f"compaction in {compaction_seconds:.1f}s; health after: {health_after.describe()}")
-        piled_id, fresh_id = prepared["piled_id"], prepared["fresh_id"]
-        sources = {"after deletes": f"{piled_id} VERSION AS OF {piled_snapshot.snapshot_id}"}
-        sources |= {"after compaction": piled_id, "fresh": fresh_id}
-        reads, rows = _time_reads(spark, sources, runs)
-        health = _time_health(hook, _health_table(spark, hook, args.health_files), max(3, runs))
+        prepared = _prepare(spark, hook, args.scale_factor, args.deletes)
+        measured = _measure(spark, hook, prepared, args)
     finally:
         spark.stop()
+    payload = _payload(args, prepared, measured)
+    payload["runtime_seconds"] = time.monotonic() - started
+    write_results(NAME, payload, quick=args.quick)
+    _print_report(payload, _medians(measured["reads"]), measured["health_before"])
 
-    medians = {
-        "full scan": {state: reads[state]["full"].median for state in STATES},
-        "selective (TPC-H Q6)": {state: reads[state]["selective"].median for state in STATES},
+
+def _measure(
+    spark: SparkSession, hook: IcebergCatalogHook, prepared: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
+    """The piled table's health, its compaction, then the three states' reads and the health check."""
+    piled, piled_id = prepared["piled"], prepared["piled_id"]
+    piled_snapshot = hook.load_table(piled).current_snapshot()
+    assert piled_snapshot is not None
+    health_before = hook.health(piled)
+    log(f"health after the deletes: {health_before.describe()}; needs: {list(health_before.needs)}")
+    compaction_seconds, record = _compact(spark, hook, piled)
+    health_after = hook.health(piled)
+    log(f"compaction in {compaction_seconds:.1f}s; health after: {health_after.describe()}")
+    sources = {
+        "after deletes": f"{piled_id} VERSION AS OF {piled_snapshot.snapshot_id}",
+        "after compaction": piled_id,
+        "fresh": prepared["fresh_id"],
     }
-    files = {
-        "after deletes": (health_before.data_files, health_before.delete_files),
-        "after compaction": (health_after.data_files, health_after.delete_files),
-        "fresh": (health_fresh.data_files, health_fresh.delete_files),
-    }
-    payload: dict[str, Any] = {
-        "scale_factor": scale_factor,
-        "rows": rows,
-        "deletes": deletes,
-        "runs": runs,
-        "delete_seconds": prepared["delete_seconds"],
-        "health_after_deletes": health_before.to_dict(),
+    reads, rows = _time_reads(spark, sources, args.runs)
+    return {
+        "health_before": health_before,
+        "health_after": health_after,
+        "health_fresh": hook.health(prepared["fresh"]),
         "compaction_seconds": compaction_seconds,
-        "compaction_outputs": record.details.get("outputs", {}),
-        "health_after_compaction": health_after.to_dict(),
-        "files": {state: {"data_files": d, "delete_files": x} for state, (d, x) in files.items()},
+        "record": record,
+        "reads": reads,
+        "rows": rows,
+        "health_check": _time_health(hook, _health_table(spark, hook, args.health_files), max(3, args.runs)),
+    }
+
+
+def _payload(args: argparse.Namespace, prepared: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """The results file: what ran, each state's files and reads, and the ratios against fresh."""
+    reads = measured["reads"]
+    medians = _medians(reads)
+    healths = {
+        "after deletes": measured["health_before"],
+        "after compaction": measured["health_after"],
+        "fresh": measured["health_fresh"],
+    }
+    return {
+        "scale_factor": args.scale_factor,
+        "rows": measured["rows"],
+        "deletes": args.deletes,
+        "runs": args.runs,
+        "delete_seconds": prepared["delete_seconds"],
+        "health_after_deletes": measured["health_before"].to_dict(),
+        "compaction_seconds": measured["compaction_seconds"],
+        "compaction_outputs": measured["record"].details.get("outputs", {}),
+        "health_after_compaction": measured["health_after"].to_dict(),
+        "files": {
+            state: {"data_files": health.data_files, "delete_files": health.delete_files}
+            for state, health in healths.items()
+        },
         "reads": {state: {q: v.as_json() for q, v in by_query.items()} for state, by_query in reads.items()},
         "compacted_over_fresh": {
             query: ratio(values["after compaction"], values["fresh"]) for query, values in medians.items()
@@ -251,19 +275,20 @@ def main(argv: list[str] | None = None) -> None:
             query: ratio(values["after deletes"], values["fresh"]) for query, values in medians.items()
         },
         "target_ratio": TARGET_RATIO,
-        "health_check": health,
-        "runtime_seconds": time.monotonic() - started,
+        "health_check": measured["health_check"],
     }
-    write_results(NAME, payload, quick=args.quick)
-    _print_report(payload, medians, files, health_before)
 
 
-def _print_report(
-    payload: dict[str, Any],
-    medians: dict[str, dict[str, float]],
-    files: dict[str, tuple[int, int]],
-    health_before: Any,
-) -> None:
+def _medians(reads: dict[str, dict[str, Samples]]) -> dict[str, dict[str, float]]:
+    """Each query's median read time, by table state."""
+    return {
+        "full scan": {state: reads[state]["full"].median for state in STATES},
+        "selective (TPC-H Q6)": {state: reads[state]["selective"].median for state in STATES},
+    }
+
+
+def _print_report(payload: dict[str, Any], medians: dict[str, dict[str, float]], health_before: Any) -> None:
+    files = {state: (n["data_files"], n["delete_files"]) for state, n in payload["files"].items()}
     print()
     print(
         f"TPC-H lineitem, scale factor {payload['scale_factor']:g}, {payload['rows']:,} rows; "
