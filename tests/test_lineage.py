@@ -16,9 +16,11 @@ import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from pyiceberg.table.snapshots import ancestors_of
 
 from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.catalog_config import CatalogConfig
@@ -82,6 +84,8 @@ def lineage_run(spark, catalog_hook, airflow_db, tmp_path_factory):
         erase=xcom_result(dag_run, "erase"),
         fix=xcom_result(dag_run, "fix"),
         seen=xcom_result(dag_run, "seen"),
+        erase_nobody=xcom_result(dag_run, "erase_nobody"),
+        compact=xcom_result(dag_run, "compact"),
         spark_properties=xcom_result(dag_run, "spark_properties"),
     )
 
@@ -94,17 +98,22 @@ def _task_events(run, task_id: str) -> dict[str, dict]:
     return found
 
 
+def _before_the_compaction(run: SimpleNamespace, table: Any) -> Any:
+    """The snapshot under the compaction's commits (the UPDATE's: the no-op after it made none)."""
+    ancestry = [snapshot.snapshot_id for snapshot in ancestors_of(table.current_snapshot(), table.metadata)]
+    compacted = [int(snapshot_id) for snapshot_id in run.compact["committed_snapshot_ids"]]
+    assert compacted
+    assert sorted(ancestry[: len(compacted)]) == sorted(compacted)  # the newest commits
+    return table.snapshot_by_id(ancestry[len(compacted)])
+
+
 @pytest.mark.spark_submit
 def test_delete_and_update_emit_start_and_complete_with_the_exact_commits(lineage_run, catalog_hook):
     run = lineage_run
-    assert run.states == {
-        "erase": "success",
-        "fix": "success",
-        "seen": "success",
-        "spark_properties": "success",
-    }
+    assert set(run.states.values()) == {"success"}, run.states
+    assert set(run.states) == {"erase", "fix", "seen", "erase_nobody", "compact", "spark_properties"}
     table = load(catalog_hook, run.table)
-    fix_snapshot = table.current_snapshot()
+    fix_snapshot = _before_the_compaction(run, table)
     erase_snapshot = table.snapshot_by_id(fix_snapshot.parent_snapshot_id)
     before = erase_snapshot.parent_snapshot_id
     # The results are what pyiceberg reads back; the events must carry those exact ids, as text.
@@ -171,6 +180,43 @@ def test_delete_and_update_emit_start_and_complete_with_the_exact_commits(lineag
     fix_commit = _task_events(run, "fix")["COMPLETE"]["run"]["facets"]["icebergDmlCommit"]
     assert fix_commit["assignments"] == {"comment": ":note"}
     assert (fix_commit["rowsDeleted"], fix_commit["rowsInserted"]) == (1, 1)
+
+
+@pytest.mark.spark_submit
+def test_a_no_op_reports_the_table_as_input_only(lineage_run):
+    """A DELETE that matched no row committed nothing: COMPLETE names the table it read, at the head it
+    read, and no output."""
+    head = lineage_run.fix["snapshot_id"]
+    result = lineage_run.erase_nobody
+    assert (result["noop"], result["snapshot_id"], result["parent_snapshot_id"]) == (True, head, None)
+    complete = _task_events(lineage_run, "erase_nobody")["COMPLETE"]
+    (dataset,) = complete["inputs"]
+    assert complete["outputs"] == []
+    assert dataset["facets"]["version"]["datasetVersion"] == head
+    commit = complete["run"]["facets"]["icebergDmlCommit"]
+    assert (commit["noop"], commit["snapshotId"], commit["rowsDeleted"]) == (True, head, 0)
+
+
+@pytest.mark.spark_submit
+def test_compaction_reports_the_table_as_input_and_output_with_its_procedures(lineage_run):
+    """Maintenance reports the table read at the health check's snapshot and written at its last commit,
+    and what it ran in ``icebergMaintenance``: its procedures, its commits, the health before and after."""
+    result = lineage_run.compact
+    complete = _task_events(lineage_run, "compact")["COMPLETE"]
+    (read,), (written,) = complete["inputs"], complete["outputs"]
+    assert read["name"] == written["name"]
+    assert read["facets"]["version"]["datasetVersion"] == lineage_run.fix["snapshot_id"]
+    assert written["facets"]["version"]["datasetVersion"] == result["snapshot_id"]
+    maintenance = complete["run"]["facets"]["icebergMaintenance"]
+    assert maintenance["_schemaURL"] == f"{lineage.FACET_SCHEMA_URL}#/$defs/IcebergMaintenanceRunFacet"
+    assert maintenance["procedures"] == list(result["procedures"])
+    assert "rewrite_data_files" in maintenance["procedures"]
+    # Not "***": Airflow's masker would hide the key (it holds "dsn"), the facet says not to.
+    assert maintenance["committedSnapshotIds"] == result["committed_snapshot_ids"]
+    assert (maintenance["forced"], maintenance["noop"]) == (False, False)  # due: the two changes' deletes
+    assert maintenance["healthBefore"]["snapshotId"] == lineage_run.fix["snapshot_id"]
+    assert maintenance["healthAfter"]["snapshotId"] == result["snapshot_id"]
+    assert maintenance["healthAfter"]["deleteFiles"] == 0 < maintenance["healthBefore"]["deleteFiles"]
 
 
 def _without_airflow_task_facet(event: dict) -> dict:

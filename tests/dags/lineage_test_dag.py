@@ -1,12 +1,13 @@
 """DAG run by tests/test_lineage.py: a DELETE and an UPDATE whose parameter values must never reach
-lineage, a sensor that sees the UPDATE's commit, and a task that returns the Spark properties a job
-of this task would get."""
+lineage, a sensor that sees the UPDATE's commit, a DELETE that matches no row (Spark cannot tell before
+it reads), a compaction, and a task that returns the Spark properties a job of this task would get."""
 
 from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, task
 
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 from airflow_iceberg_dml.sensors.snapshot import IcebergSnapshotSensor
@@ -46,4 +47,12 @@ with DAG(
         timeout=120,
     )
 
-    erase >> fix >> seen >> spark_properties()
+    erase_nobody = IcebergDeleteOperator(
+        task_id="erase_nobody",
+        table="{{ params.table }}",
+        where="customer_id = :customer",
+        parameters={"customer": 100},  # customers are 0 to 99
+    )
+    compact = IcebergCompactionOperator(task_id="compact", table="{{ params.table }}")
+
+    erase >> fix >> seen >> erase_nobody >> compact >> spark_properties()
