@@ -73,3 +73,24 @@ def test_no_jvm_call_outside_the_one_documented_module():
         if name in path.read_text()
     ]
     assert offenders == []
+
+
+def test_a_classic_job_never_loads_spark_connects_client():
+    """A spark-submit driver imports PySpark from Spark's ``pyspark.zip``, compiling every module it loads:
+    Spark Connect's client (0.7 s of a job's time) is loaded only by the jobs of a Connect session."""
+    probe = """
+import sys
+import pyspark.sql
+from airflow_iceberg_dml.jobs import dml, merge, maintenance, check, erase, purge
+from airflow_iceberg_dml.jobs.runner import functions, is_connect
+
+class ClassicSession:  # stands for pyspark.sql.SparkSession: is_connect only asks its type
+    pass
+
+assert not is_connect(ClassicSession())
+assert functions(ClassicSession()).__name__ == "pyspark.sql.functions"
+print(sorted(name for name in sys.modules if name.startswith("pyspark.sql.connect")))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
