@@ -89,7 +89,7 @@ def warm_up(state: EngineState, folder: Path, rounds: int = 0) -> WarmUp:
         scratch = TableState(cast("SparkSession", spark), SCRATCH_CATALOG, SCRATCH_NAME)
         scratch.refresh()
         commits = len(list(scratch.history().back_from(scratch.head())))
-        spark.sql(f"DROP TABLE {SCRATCH_TABLE} PURGE").collect()
+        spark.sql(sql.drop_table(SCRATCH_TABLE)).collect()
     return WarmUp(rounds, commits, time.monotonic() - started, dict(outcomes))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml.specs.merge import MergeAction, MergeClause, MergeWhen
-from airflow_iceberg_dml.sql import quote_identifier
+from airflow_iceberg_dml.sql import quote_identifier, select_all
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -86,7 +86,7 @@ def source_relation(identifier: str | None, snapshot_id: int | None, query: str 
         assert query is not None
         return query
     pinned = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
-    return f"SELECT * FROM {identifier}{pinned}"
+    return select_all(identifier) + pinned
 
 
 def target_rows(identifier: str, snapshot_id: int | None) -> str:

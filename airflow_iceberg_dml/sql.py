@@ -303,6 +303,31 @@ def show_namespaces(catalog: str) -> str:
     return f"SHOW NAMESPACES IN {quote_identifier(catalog)}"
 
 
+def explain(statement: str) -> str:
+    """Spark's plan of ``statement``, which nothing runs (an analysis error comes back as text)."""
+    return f"EXPLAIN {statement}"
+
+
+def count_query(relation: str, where: str | None = None) -> str:
+    """The rows of ``relation`` (a query), those ``where`` holds for if given, as column ``n``."""
+    return f"SELECT count(*) AS n FROM (\n{relation}\n)" + (f"\nWHERE (\n{where}\n)" if where else "")
+
+
+def condition_probe(relation: str, alias: str, condition: str) -> str:
+    """A query over ``relation`` named ``alias`` filtered by ``condition``: its analysis alone says whether
+    the condition names only that side."""
+    return f"SELECT 1 FROM {relation} AS {quote_identifier(alias)}\nWHERE (\n{condition}\n)"
+
+
+def select_all(identifier: str) -> str:
+    return f"SELECT * FROM {identifier}"
+
+
+def drop_table(identifier: str) -> str:
+    """Drop the table and delete its files."""
+    return f"DROP TABLE {identifier} PURGE"
+
+
 def warmup_setup(table: str) -> list[str]:
     """A fresh scratch table (``catalog.namespace.table``, in a scratch catalog) shaped as the tables
     backfills change: a date, a decimal and strings, partitioned by a string and the date's year,

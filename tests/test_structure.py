@@ -12,6 +12,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -218,6 +219,61 @@ def test_bench_has_no_import_circle():
 
 def test_the_circle_check_finds_a_circle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+#: The modules that build the SQL text the jobs run: the statements and queries (``sql.py``), a MERGE's
+#: (``merge_sql.py``) and the procedure calls (``procedures.py``).
+SQL_MODULES = {"sql.py", "merge_sql.py", "procedures.py"}
+#: How a text of Spark SQL starts (upper case: error messages such as "MERGE into 't'" are not SQL).
+_SQL_START = re.compile(
+    r"\s*\(?\s*(SELECT|WITH|EXPLAIN|DELETE FROM|UPDATE|MERGE INTO|INSERT|CALL|ALTER TABLE|CREATE|DROP|"
+    r"SHOW|DESCRIBE|REFRESH|TRUNCATE|SET|RESET)\b"
+)
+
+
+def _sql_texts(tree: ast.Module) -> list[tuple[int, str]]:
+    """The strings and f-strings of ``tree`` that start as Spark SQL does (docstrings left out)."""
+    skipped = {  # docstrings, and the parts of f-strings (each f-string is read whole)
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    } | {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for part in node.values}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            text = node.values[0].value
+        elif isinstance(node, ast.Constant) and id(node) not in skipped:
+            text = node.value
+        else:
+            continue
+        if isinstance(text, str) and _SQL_START.match(text):
+            found.append((node.lineno, text))
+    return found
+
+
+def test_the_sql_the_jobs_run_is_written_in_the_sql_modules_only():
+    """The README's layout: ``sql.py`` (with ``merge_sql.py`` and ``procedures.py``) holds every SQL text
+    a job runs, so that one reading shows how user text is quoted and placed."""
+    outside = [
+        f"{path.relative_to(REPO)}:{line}: {text[:60]!r}"
+        for path in _sources(PACKAGE)
+        if path.name not in SQL_MODULES or path.parent != PACKAGE
+        for line, text in _sql_texts(_parse(path))
+    ]
+    assert outside == []
+
+
+def test_the_sql_check_finds_sql_and_leaves_messages_and_docstrings_alone():
+    tree = ast.parse(
+        '''"""SELECT in a docstring."""
+query = f"SELECT count(*) FROM {table}"
+plan = "EXPLAIN " + statement
+message = f"MERGE into {table!r}: a column is missing"
+'''
+    )
+    assert [line for line, _ in _sql_texts(tree)] == [2, 3]
 
 
 def test_a_third_engine_is_one_class_and_one_line(monkeypatch):

@@ -324,7 +324,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         if self._validated:
             return
         self._validated = True
-        text = "\n".join(row[0] for row in self.spark.sql("EXPLAIN " + self._statement()).collect())
+        text = "\n".join(row[0] for row in self.spark.sql(sql.explain(self._statement())).collect())
         refused = merge_errors.planning_error(text)
         if refused is not None:
             raise merge_errors.analysis_error(self.spec.table, refused)
@@ -337,7 +337,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
             ("target", self.target, spec.target_alias),
             ("source", f"({self._source()})", spec.source.alias),
         ]:
-            query = f"SELECT 1 FROM {relation} AS {sql.quote_identifier(alias)}\nWHERE (\n{self.on}\n)"
+            query = sql.condition_probe(relation, alias, self.on)
             try:
                 self.spark.sql(query).schema  # noqa: B018 - analysed, never run
             except AnalysisException:

@@ -94,13 +94,12 @@ class OverwriteJob(MergeJob):
     def _slice_is_whole_files(self) -> bool:
         """Whether Spark would delete the slice from metadata alone: every file of the head lies wholly
         inside the slice or wholly outside it."""
-        plan = self.spark.sql("EXPLAIN " + sql.delete_statement(self.target, self.predicate)).collect()
+        plan = self.spark.sql(sql.explain(sql.delete_statement(self.target, self.predicate))).collect()
         return _METADATA_ONLY_DELETE in plan[0][0]
 
     def _rows(self, relation: str, where: str | None = None) -> int:
-        query = f"SELECT count(*) AS n FROM (\n{relation}\n)" + (f"\nWHERE (\n{where}\n)" if where else "")
         with self._naming_input_errors(None):
-            return int(self.spark.sql(query).collect()[0].n)
+            return int(self.spark.sql(sql.count_query(relation, where)).collect()[0].n)
 
     def _check_slice(self) -> None:
         """Every source row must be in the slice it replaces, or the overwrite would add rows that a

@@ -29,7 +29,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
-from airflow_iceberg_dml.sql import expression_problem, split_table_name, table_identifier
+from airflow_iceberg_dml.sql import expression_problem, select_all, split_table_name, table_identifier
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -184,7 +184,7 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
             clauses = self.merge_clauses()
         except InvalidExpressionError:  # the task fails on it; lineage still names the tables
             clauses = ()
-        source = self.source_query or f"SELECT * FROM {table_identifier(catalog, str(self.source_table))}"
+        source = self.source_query or select_all(table_identifier(catalog, str(self.source_table)))
         target = table_identifier(catalog, self.table, self.branch)
         pairing = Pairing(target, self.target_alias, str(source), self.source_alias, str(self.on))
         return merge_statement(pairing, clauses)
