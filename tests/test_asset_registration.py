@@ -4,6 +4,7 @@ locks. That this keeps a backfill's tasks from being failed by Airflow is shown 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import subprocess
 import sys
@@ -15,7 +16,12 @@ from typing import TYPE_CHECKING
 import pytest
 from airflow.sdk import BaseOperator
 
-from airflow_iceberg_dml.asset_registration import give_back_after_report, report_lock_path, take_report_turn
+from airflow_iceberg_dml.asset_registration import (
+    REPORT_WAIT_S,
+    give_back_after_report,
+    report_lock_path,
+    take_report_turn,
+)
 from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV
 
 if TYPE_CHECKING:
@@ -86,12 +92,14 @@ def test_a_task_reports_once_the_task_before_it_has_reported(
         other.kill()
 
 
-def test_another_assets_turn_is_not_waited_for(tmp_path: Path) -> None:
+def test_another_assets_turn_is_not_waited_for(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     other, _ = _other_task(tmp_path, LINEITEM)
     try:
-        waited, give_back = _timed_turn([ORDERS])
+        with caplog.at_level(logging.INFO, logger="task"):
+            waited, give_back = _timed_turn([ORDERS])
         give_back()
         assert waited < 0.5
+        assert "for the tasks before this one to report" not in caplog.text  # under half a second: not logged
         assert report_lock_path(ORDERS) != report_lock_path(LINEITEM)
         assert report_lock_path(ORDERS).parent == tmp_path / "locks"
     finally:
@@ -105,6 +113,11 @@ def test_a_task_that_dies_before_it_reports_frees_the_turn(tmp_path: Path) -> No
     waited, give_back = _timed_turn([ORDERS])
     give_back()
     assert waited < 0.5
+
+
+def test_a_task_waits_at_most_30_s_for_its_turn_unless_told_otherwise() -> None:
+    assert REPORT_WAIT_S == 30.0
+    assert inspect.signature(take_report_turn).parameters["wait_s"].default == REPORT_WAIT_S
 
 
 def test_a_turn_never_given_back_is_waited_for_at_most_wait_s(

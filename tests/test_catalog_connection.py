@@ -61,6 +61,24 @@ def test_catalog_name_extra_opens_a_catalog_of_another_name(tmp_path, monkeypatc
     assert spark.sql("SELECT count(*) FROM local_lake.sales.orders").collect()[0][0] == 3
 
 
+def test_extras_spark_would_not_take_are_named_in_a_warning_and_left_out(tmp_path, monkeypatch):
+    """Only the allow-listed extras reach Spark; the others are logged as ignored, by name."""
+    import structlog.testing
+
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    connection = sql_connection(tmp_path / "catalog.db", tmp_path / "warehouse", **{"made-up-key": "x"})
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_EXTRA", connection)
+    with structlog.testing.capture_logs() as logs:
+        config = IcebergCatalogHook("iceberg_extra").catalog_config
+    warnings = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
+    assert warnings == [
+        "Connection 'iceberg_extra': extras not passed to Spark (not in the allow-list): made-up-key"
+    ]
+    assert config.ignored_keys == ("made-up-key",)
+    assert not [key for key in config.spark_properties() if "made-up-key" in key]
+
+
 def _layout(catalog_db: Path) -> list[str]:
     import sqlite3
 

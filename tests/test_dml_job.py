@@ -435,7 +435,13 @@ def test_a_predicate_on_an_identity_partition_column_is_not_mistaken_for_every_r
 
 @pytest.mark.parametrize(
     ("where", "plan"),
-    [("TRUE", Plan.TRUNCATE), ("1 = 1", Plan.TRUNCATE), ("1 = 0", Plan.NOOP), ("NULL", Plan.NOOP)],
+    [
+        ("TRUE", Plan.TRUNCATE),
+        ("1 = 1", Plan.TRUNCATE),
+        ("1 = 0", Plan.NOOP),
+        ("NULL", Plan.NOOP),
+        ("order_id > 0", Plan.ROW_LEVEL),  # matches every row, but not as a constant: row-level
+    ],
 )
 def test_only_constant_predicates_get_the_edge_case_plans(spark, catalog_hook, where, plan):
     name = create_orders_table(spark, new_table_name("constant"), rows=30)

@@ -3,10 +3,14 @@ and the users' catalog is left as it was."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
+import pytest
+
 from airflow_iceberg_dml import engine
-from airflow_iceberg_dml.engine_warmup import warm_up
+from airflow_iceberg_dml.engine_warmup import WARM_ROUNDS, warm_up
 from tests.conftest import SESSION_TMP
 
 
@@ -34,3 +38,12 @@ def test_warm_up_rounds_commit_on_a_scratch_table_that_is_dropped_with_its_files
     assert done.outcomes == {"committed": 2 * 3, "noop": 3}
     assert [path for path in (folder / "warmup").rglob("*") if path.is_file()] == []
     assert _listing(catalog_hook) == before
+
+
+def test_the_engine_warms_up_with_8_rounds_unless_told(capsys: pytest.CaptureFixture[str]) -> None:
+    """``engine start --warm-rounds N``: the default is 8, for ``start`` called from Python too."""
+    assert WARM_ROUNDS == 8
+    assert inspect.signature(engine.start).parameters["warm_rounds"].default == WARM_ROUNDS
+    with pytest.raises(SystemExit):
+        engine.main(["start", "--help"])
+    assert re.search(r"--warm-rounds N\s+rounds of .* \(default\s+8;", capsys.readouterr().out, re.DOTALL)

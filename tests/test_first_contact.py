@@ -63,6 +63,56 @@ def test_an_unknown_jar_source_names_the_valid_ones():
         choose_jar_source(setting="ivy", listed=False, cached=False, maven_on_path=True)
 
 
+LISTED_JARS = ("local:///opt/spark/extra/iceberg.jar", "hdfs:///jars/sqlite.jar")
+
+
+@pytest.mark.parametrize(
+    ("listed", "jars", "said"),
+    [
+        (f" {LISTED_JARS[0]}, {LISTED_JARS[1]} ", LISTED_JARS, ", ".join(LISTED_JARS)),
+        ("", (), "(none: Spark already has them)"),
+    ],
+)
+def test_listed_jars_are_taken_as_they_are_and_an_empty_list_adds_none(
+    tmp_path, monkeypatch, listed, jars, said
+):
+    """A cluster without internet lists the jars it has (comma-separated paths or URLs), or an empty
+    string when Spark's own classpath holds them: nothing is fetched, nothing resolved, and the task log
+    says which was taken."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn: a fetch would fail
+    monkeypatch.setenv(runtime.JAR_CACHE_ENV, str(tmp_path / "empty-cache"))
+    monkeypatch.delenv(runtime.JAR_SOURCE_ENV, raising=False)
+    monkeypatch.setenv(runtime.JARS_ENV, listed)
+
+    taken = runtime.spark_jars(runtime.DEFAULT_ARTIFACTS + runtime.S3_ARTIFACTS)
+
+    assert (taken.source, taken.jars, taken.packages) == (JarSource.LISTED, jars, ())
+    assert taken.spark_conf({}) == {}  # no spark.jars.packages either
+    assert taken.describe() == f"Spark jars listed in AIRFLOW_ICEBERG_DML_JARS: {said}"
+    assert not (tmp_path / "empty-cache").exists()
+
+
+def test_fetch_fills_the_cache_ahead_of_time_and_s3_adds_the_aws_bundle(tmp_path, monkeypatch, capsys):
+    """``python -m airflow_iceberg_dml.runtime fetch [--s3]``: what is cached already is not fetched again,
+    and each jar's path is printed; ``--s3`` adds iceberg-aws-bundle."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for artifact in runtime.DEFAULT_ARTIFACTS + runtime.S3_ARTIFACTS:
+        (cache / artifact.file_name).write_bytes(b"jar")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn: nothing may need fetching
+    monkeypatch.setenv(runtime.JAR_CACHE_ENV, str(cache))
+    monkeypatch.delenv(runtime.JARS_ENV, raising=False)
+
+    assert runtime.main(["fetch"]) == 0
+    plain = capsys.readouterr().out.split()
+    assert runtime.main(["fetch", "--s3"]) == 0
+    with_s3 = capsys.readouterr().out.split()
+
+    assert plain == [str(cache / a.file_name) for a in runtime.DEFAULT_ARTIFACTS]
+    assert with_s3 == plain + [str(cache / a.file_name) for a in runtime.S3_ARTIFACTS]
+    assert any("iceberg-aws-bundle" in Path(jar).name for jar in with_s3[len(plain) :])
+
+
 def test_without_maven_or_cache_the_jobs_get_coordinates_for_spark_to_resolve(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no mvn
     monkeypatch.setenv(runtime.JAR_CACHE_ENV, str(tmp_path / "empty-cache"))

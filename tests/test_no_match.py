@@ -111,13 +111,18 @@ def test_no_match_with_audits_makes_no_audit_branch_and_no_snapshot(spark, catal
     assert len(after.metadata.snapshots) == len(before.metadata.snapshots)
 
 
-def test_a_guarded_no_match_counts_once_and_commits_nothing(spark, catalog_hook) -> None:
+def test_a_guarded_no_match_counts_once_and_commits_nothing(spark, catalog_hook, monkeypatch) -> None:
+    """The guards count the matching rows; a count of 0 is the no-match answer, with no ``LIMIT 1`` query
+    after it (here that query would say there is a match)."""
     name = create_orders_table(spark, new_table_name("nomatch_guard"), rows=300)
     before = snapshot_ids(catalog_hook, name)
+    probes: list[int] = []
+    monkeypatch.setattr(DmlJob, "_matches_any", lambda self, head: probes.append(head) or True)
 
     record = run(spark, name, JobKind.DELETE, guards=Guards(max_rows_affected=10), **NO_SUCH_CUSTOMER)
 
     assert record.outcome is Outcome.NOOP
+    assert probes == []
     assert snapshot_ids(catalog_hook, name) == before
 
 

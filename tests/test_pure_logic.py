@@ -227,6 +227,22 @@ def test_job_folders_go_under_the_configured_temp_folder(tmp_path, monkeypatch):
     assert stat.S_IMODE((tmp_path / "jobs" / "tmp").stat().st_mode) == 0o700
 
 
+def test_the_catalog_and_the_jar_cache_have_their_documented_folders_when_unset(tmp_path, monkeypatch):
+    """$AIRFLOW_ICEBERG_DML_HOME, default $AIRFLOW_HOME/iceberg-dml (Airflow's own default ~/airflow);
+    $AIRFLOW_ICEBERG_DML_JAR_CACHE, default ~/.cache/airflow-iceberg-dml/jars."""
+    monkeypatch.delenv(runtime.HOME_ENV, raising=False)
+    monkeypatch.delenv(runtime.JAR_CACHE_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    assert runtime.default_home() == tmp_path / "airflow" / "iceberg-dml"
+    monkeypatch.delenv("AIRFLOW_HOME")
+    assert runtime.default_home() == tmp_path / "me" / "airflow" / "iceberg-dml"
+    assert runtime.jar_cache_dir() == tmp_path / "me" / ".cache" / "airflow-iceberg-dml" / "jars"
+    monkeypatch.setenv(runtime.HOME_ENV, str(tmp_path / "lake"))
+    monkeypatch.setenv(runtime.JAR_CACHE_ENV, str(tmp_path / "jars"))
+    assert (runtime.default_home(), runtime.jar_cache_dir()) == (tmp_path / "lake", tmp_path / "jars")
+
+
 def test_properties_file_escapes_java_specials():
     assert escape_property("a=b:c#d!e\\f\nx") == "a\\=b\\:c\\#d\\!e\\\\f\\nx"
     assert escape_property(" lead") == "\\ lead"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,27 @@ def test_a_new_archive_removes_the_others_no_run_used_for_two_weeks(tmp_path):
 
     assert prune_archives(new) == [old]
     assert sorted(path.name for path in cds.iterdir()) == ["spark-4-a.jsa", "spark-4-b.jsa", "x.jsa"]
+
+
+def test_the_files_holding_a_slow_test_go_out_first_each_keeping_its_order():
+    """``make test`` hands whole files to its workers in collection order: the files with a test marked
+    ``slow`` first, the order of the tests within each file and of the other files unchanged."""
+    from tests.conftest import pytest_collection_modifyitems
+
+    class Item:
+        def __init__(self, path: str, name: str, slow: bool = False) -> None:
+            self.path, self.name, self.slow = Path(path), name, slow
+
+        def get_closest_marker(self, name: str) -> object | None:
+            return object() if name == "slow" and self.slow else None
+
+    items = [
+        Item("test_a.py", "a1"),
+        Item("test_b.py", "b1"),
+        Item("test_b.py", "b2", slow=True),
+        Item("test_c.py", "c1"),
+        Item("test_a.py", "a2"),
+        Item("test_d.py", "d1", slow=True),
+    ]
+    pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [item.name for item in items] == ["b1", "b2", "d1", "a1", "c1", "a2"]
