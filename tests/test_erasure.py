@@ -38,7 +38,7 @@ from airflow_iceberg_dml.spec import (
     SummaryKey,
     WriteMode,
 )
-from tests.conftest import CATALOG, load, run_dag, task_context, task_states, xcom_result
+from tests.conftest import CATALOG, load, new_table_name, run_dag, task_context, task_states, xcom_result
 from tests.dags.erasure_test_dag import VARIANTS, tables_of
 
 #: Customer ids are 9_000_000 + order_id % CUSTOMERS: keys that no count or size in a report can equal.
@@ -327,6 +327,47 @@ def test_subjects_from_a_file_leave_no_key_in_airflow_database_nor_in_the_task_l
     assert str(subjects) in database  # the file's path is what Airflow keeps
     for place, text in {"database": database, "output": output, "logs": log_text, "reports": reports}.items():
         assert not [key for key in FILE_SUBJECTS if str(key) in text], place
+
+
+def test_subjects_from_a_query_leave_no_key_in_airflow_database_nor_in_the_task_logs(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, tmp_path, capfd
+):
+    """README: with a query, Spark reads the keys and Airflow only ever holds the query."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from tests.dags.erasure_audit_dag import dag_from_query
+
+    orders, _items = create_tables(spark, "v2_unpartitioned")
+    requests = new_table_name("erasure_requests")
+    asked, other_day = FILE_SUBJECTS, BASE + 12
+    rows = pa.table(
+        {
+            "customer_id": pa.array([*asked, other_day], pa.int64()),
+            "requested_on": [dt.date(2026, 12, 1)] * len(asked) + [dt.date(2026, 12, 2)],
+        }
+    )
+    catalog_hook.catalog.create_table(requests, rows.schema).append(rows)
+    query = f"SELECT customer_id FROM {CATALOG}.{requests} WHERE requested_on = DATE'2026-12-01'"
+    gone = {order for order in range(1, ORDERS + 1) if BASE + order % CUSTOMERS in asked}
+
+    dag_run = run_dag(dag_from_query, subjects_query=query, report_location=str(tmp_path / "audit"))
+
+    output = "".join(capfd.readouterr())
+    assert task_states(dag_run) == {"erase": "success"}
+    erased = xcom_result(dag_run, "erase")
+    assert (erased["subjects"], erased["tables"][orders]["rows_deleted"]) == (len(asked), len(gone))
+    assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
+    from airflow.configuration import conf
+
+    logs = Path(conf.get("logging", "base_log_folder"))
+    log_text = "".join(path.read_text(errors="replace") for path in logs.rglob("*") if path.is_file())
+    reports = "".join(path.read_text() for path in (tmp_path / "audit").iterdir())
+    database = _airflow_database_text()
+    assert query in database  # the query is what Airflow keeps
+    for place, text in {"database": database, "output": output, "logs": log_text, "reports": reports}.items():
+        assert not [key for key in [*asked, other_day] if str(key) in text], place
 
 
 def test_the_erasure_commits_carry_the_request_the_run_and_the_deadline(

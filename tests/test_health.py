@@ -325,6 +325,33 @@ def test_a_change_that_made_compaction_due_says_so_in_a_warning():
     assert lines[2][1].startswith("Health of db.orders (checked in 0.010s): 3 data files")  # nothing changed
 
 
+def test_a_change_whose_health_cannot_be_read_stands_and_says_so(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, capsys
+):
+    """README, the result's ``health``: None if it could not be read. The change committed stands, the
+    task succeeds, and its log says why the health is missing."""
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+    from tests.conftest import run_dag, task_states, xcom_result
+    from tests.dags.no_match_test_dag import dag
+
+    def unreadable(self: Any, table: Any, *args: Any, **kwargs: Any) -> Any:
+        raise OSError("the metadata store did not answer (test)")
+
+    name = create_orders_table(spark, new_table_name("health_unreadable"), rows=300)
+    before = load(catalog_hook, name).current_snapshot().snapshot_id
+    monkeypatch.setattr(IcebergCatalogHook, "health", unreadable)
+
+    dag_run = run_dag(dag, table=name)
+
+    assert set(task_states(dag_run).values()) == {"success"}, task_states(dag_run)
+    present = xcom_result(dag_run, "erase_present")
+    assert (present["noop"], present["health"], present["rows_deleted"]) == (False, None, 3)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    assert str(head) == present["snapshot_id"] != str(before)
+    warned = f"Could not read the health of {name} after the change: the metadata store did not answer"
+    assert warned in capsys.readouterr().out
+
+
 def test_partitions_are_named_by_their_values_as_a_person_reads_them(catalog_hook):
     """docs/maintenance.md, README (dry run): a transform's stored value (a year's 22) shown as its folder
     names it (1992)."""

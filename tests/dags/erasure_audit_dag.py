@@ -1,5 +1,6 @@
 """DAGs run by tests/test_erasure_audit.py and tests/test_erasure.py: a purge with nothing due (decided
-without Spark), and an erase then purge whose subjects come from a file (no key stored by Airflow)."""
+without Spark), an erase then purge whose subjects come from a file, and an erase whose subjects come
+from a query (no key stored by Airflow in either)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,20 @@ with DAG(
         report_location="{{ params.report_location }}",
     )
     erase >> purge
+
+with DAG(
+    "erasure_from_query",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"subjects_query": "", "report_location": ""},
+) as dag_from_query:
+    IcebergEraseOperator(
+        task_id="erase",
+        tables=tables_of("v2_unpartitioned"),
+        subjects_query="{{ params.subjects_query }}",
+        request_id="request-{{ run_id }}",
+        report_location="{{ params.report_location }}",
+    )
 
 #: The table of the layers test: orders partitioned by the erased key (created by the test).
 LAYERS_TABLE = "tests.erasure_layers_orders"
