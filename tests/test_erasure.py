@@ -315,18 +315,25 @@ def test_subjects_from_a_file_leave_no_key_in_airflow_database_nor_in_the_task_l
     assert purged["status"] == "purged"
     assert keys_on_storage(load(catalog_hook, orders).location(), "customer_id", set(FILE_SUBJECTS)) == []
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
-    # Nowhere in Airflow: not in any table of its database (rendered fields, serialized DAG, XCom,
-    # asset events, the run's conf), not in the task logs, not in the reports.
+    assert len(list((tmp_path / "audit").iterdir())) == 2  # the erase's and the purge's
+    places = _where_airflow_keeps(output, tmp_path / "audit")
+    assert str(subjects) in places["database"]  # the file's path is what Airflow keeps
+    for place, text in places.items():
+        assert not [key for key in FILE_SUBJECTS if str(key) in text], place
+
+
+def _where_airflow_keeps(output: str, reports: Path) -> dict[str, str]:
+    """Every place a run leaves text: each table of Airflow's database (rendered fields, serialized DAG,
+    XCom, asset events, the run's conf), the task logs, the process's output, the reports."""
     from airflow.configuration import conf
 
     logs = Path(conf.get("logging", "base_log_folder"))
-    log_text = "".join(path.read_text(errors="replace") for path in logs.rglob("*") if path.is_file())
-    reports = "".join(path.read_text() for path in (tmp_path / "audit").iterdir())
-    assert len(list((tmp_path / "audit").iterdir())) == 2  # the erase's and the purge's
-    database = _airflow_database_text()
-    assert str(subjects) in database  # the file's path is what Airflow keeps
-    for place, text in {"database": database, "output": output, "logs": log_text, "reports": reports}.items():
-        assert not [key for key in FILE_SUBJECTS if str(key) in text], place
+    return {
+        "database": _airflow_database_text(),
+        "output": output,
+        "logs": "".join(path.read_text(errors="replace") for path in logs.rglob("*") if path.is_file()),
+        "reports": "".join(path.read_text() for path in reports.iterdir()),
+    }
 
 
 def test_subjects_from_a_query_leave_no_key_in_airflow_database_nor_in_the_task_logs(
@@ -359,14 +366,10 @@ def test_subjects_from_a_query_leave_no_key_in_airflow_database_nor_in_the_task_
     erased = xcom_result(dag_run, "erase")
     assert (erased["subjects"], erased["tables"][orders]["rows_deleted"]) == (len(asked), len(gone))
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - gone)
-    from airflow.configuration import conf
-
-    logs = Path(conf.get("logging", "base_log_folder"))
-    log_text = "".join(path.read_text(errors="replace") for path in logs.rglob("*") if path.is_file())
-    reports = "".join(path.read_text() for path in (tmp_path / "audit").iterdir())
-    database = _airflow_database_text()
-    assert query in database  # the query is what Airflow keeps
-    for place, text in {"database": database, "output": output, "logs": log_text, "reports": reports}.items():
+    assert len(list((tmp_path / "audit").iterdir())) == 1  # the erase's
+    places = _where_airflow_keeps(output, tmp_path / "audit")
+    assert query in places["database"]  # the query is what Airflow keeps
+    for place, text in places.items():
         assert not [key for key in [*asked, other_day] if str(key) in text], place
 
 
