@@ -1,7 +1,8 @@
-"""What a job reads of its table through the worker's catalog (pyiceberg, the metadata file) is what it
-reads through Spark SQL (jobs/table_state.py): refs, every snapshot with its parent, operation and
-summary, the properties the jobs decide on. Then a DML job and a MERGE in the worker ask Spark for none
-of those, and their changes are checked against pyarrow over the table as it was, and SQLite.
+"""What a job reads of its table through the worker's catalog (pyiceberg, the metadata file), and in a
+classic Spark driver (the table Spark loaded), is what it reads through Spark SQL (jobs/table_state.py):
+refs, every snapshot with its parent, operation and summary, the properties the jobs decide on, the
+columns. Then a DML job and a MERGE, in the worker or in a classic driver, ask Spark SQL for none of
+those, and their changes are checked against pyarrow over the table as it was, and SQLite.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 import pytest
+from pyiceberg.table.metadata import TableMetadataUtil
 
 from airflow_iceberg_dml.catalog_config import CatalogConfig
 from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundError
+from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.jobs.runner import log_to
-from airflow_iceberg_dml.jobs.table_state import TableState, metadata_through, worker_catalog
+from airflow_iceberg_dml.jobs.table_state import MetadataView, TableState, metadata_through, worker_catalog
 from airflow_iceberg_dml.spec import JobKind, MergeSource, Outcome, RunKey
 from tests.conftest import CATALOG, create_orders_table, dml_spec, load, new_table_name
 from tests.test_merge import SOURCE_ROWS, TARGET_ROWS, make_tables, merge, reference, table_rows
@@ -28,12 +31,16 @@ if TYPE_CHECKING:
 KEY = RunKey("restate", "double", "scheduled__1995-01-01", -1)
 
 
-def _views(spark: SparkSession, catalog_hook: IcebergCatalogHook, name: str) -> tuple[TableState, TableState]:
-    through_spark = TableState(spark, CATALOG, name)
-    through_file = TableState(spark, CATALOG, name, catalog_hook.catalog)
-    through_spark.refresh()
-    through_file.refresh()
-    return through_spark, through_file
+def _views(spark: SparkSession, catalog_hook: IcebergCatalogHook, name: str) -> tuple[TableState, ...]:
+    """The table through Spark SQL, then through its metadata file, then in the (classic) driver."""
+    views = (
+        TableState(spark, CATALOG, name),
+        TableState(spark, CATALOG, name, catalog_hook.catalog),
+        TableState(spark, CATALOG, name, in_driver=True),
+    )
+    for view in views:
+        view.refresh()
+    return views
 
 
 def _history(state: TableState) -> dict[int, tuple[int | None, str | None, dict[str, str]]]:
@@ -54,53 +61,92 @@ def test_the_metadata_file_and_spark_sql_show_one_table(spark, catalog_hook) -> 
     spark.sql(f"ALTER TABLE {table} CREATE TAG before_fix")
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.isolation-level' = 'snapshot')")
 
-    through_spark, through_file = _views(spark, catalog_hook, name)
+    through_spark, *through_metadata = _views(spark, catalog_hook, name)
 
-    assert through_file.refs() == through_spark.refs()
-    assert set(through_file.refs()) == {"main", "audit", "before_fix"}
-    assert through_file.head("audit") == through_spark.head("audit") != through_file.head()
-    history = _history(through_file)
-    assert history == _history(through_spark)
-    assert [operation for _, operation, _ in history.values()] == ["overwrite", "append"]
-    assert all("total-records" in summary for _, _, summary in history.values())
-    audit = through_file.history().get(through_file.head("audit"))
-    assert audit is not None
-    assert audit == through_spark.history().get(through_spark.head("audit"))
-    from_file, from_spark = through_file.properties(), through_spark.properties()
-    # Spark SQL adds its own (location, provider, ...) and hides the reserved ``owner``.
-    assert {key: value for key, value in from_file.items() if key != "owner"}.items() <= from_spark.items()
-    assert from_file["write.delete.isolation-level"] == "snapshot"
-    assert from_file["write.update.mode"] == "merge-on-read"
-    assert from_file["format-version"] == "2"
+    for through_file in through_metadata:
+        assert through_file.refs() == through_spark.refs()
+        assert set(through_file.refs()) == {"main", "audit", "before_fix"}
+        assert through_file.head("audit") == through_spark.head("audit") != through_file.head()
+        history = _history(through_file)
+        assert history == _history(through_spark)
+        assert [operation for _, operation, _ in history.values()] == ["overwrite", "append"]
+        assert all("total-records" in summary for _, _, summary in history.values())
+        audit = through_file.history().get(through_file.head("audit"))
+        assert audit is not None
+        assert audit == through_spark.history().get(through_spark.head("audit"))
+        from_file, from_spark = through_file.properties(), through_spark.properties()
+        # Spark SQL adds its own (location, provider, ...) and hides the reserved ``owner``.
+        own = {key: value for key, value in from_file.items() if key != "owner"}
+        assert own.items() <= from_spark.items()
+        assert from_file["write.delete.isolation-level"] == "snapshot"
+        assert from_file["write.update.mode"] == "merge-on-read"
+        assert from_file["format-version"] == "2"
 
     # A column added (a new schema, no new snapshot): main and the branch read it, as every write uses it.
     spark.sql(f"ALTER TABLE {table} ADD COLUMN reviewed BOOLEAN")
-    through_spark, through_file = _views(spark, catalog_hook, name)
-    for ref in ("main", "audit"):
-        assert through_file.columns(ref) == through_spark.columns(ref)
-    assert through_file.columns()[-1] == "reviewed"
+    through_spark, *through_metadata = _views(spark, catalog_hook, name)
+    for through_file in through_metadata:
+        for ref in ("main", "audit"):
+            assert through_file.columns(ref) == through_spark.columns(ref)
+        assert through_file.columns()[-1] == "reviewed"
+
+
+def test_the_drivers_metadata_reads_as_pyiceberg_reads_the_same_file(spark, catalog_hook) -> None:
+    name = create_orders_table(spark, new_table_name("state"), rows=30)
+    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 5")
+    text = spark_internals.table_metadata_json(spark, f"{CATALOG}.{name}", name, CATALOG)
+    parsed = MetadataView.of_json(text)
+    assert parsed == MetadataView.of_pyiceberg(TableMetadataUtil.parse_raw(text))
+    assert parsed == MetadataView.of_pyiceberg(load(catalog_hook, name).metadata)
+    assert len(parsed.snapshots) == 2
+
+
+def test_format_version_1_metadata_without_refs_reads_as_pyiceberg_reads_it() -> None:
+    text = """{
+      "format-version": 1, "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+      "location": "file:///tmp/t", "last-updated-ms": 1700000000000, "last-column-id": 2,
+      "schema": {"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "order_id", "required": false, "type": "long"},
+        {"id": 2, "name": "status", "required": false, "type": "string"}]},
+      "partition-spec": [], "properties": {"write.delete.mode": "merge-on-read"},
+      "current-snapshot-id": 2,
+      "snapshots": [
+        {"snapshot-id": 1, "timestamp-ms": 1700000000000, "manifest-list": "file:///tmp/t/m1.avro",
+         "summary": {"operation": "append", "added-records": "3"}},
+        {"snapshot-id": 2, "parent-snapshot-id": 1, "timestamp-ms": 1700000001000,
+         "manifest-list": "file:///tmp/t/m2.avro", "summary": {"operation": "delete"}}]
+    }"""
+    parsed = MetadataView.of_json(text)
+    assert parsed == MetadataView.of_pyiceberg(TableMetadataUtil.parse_raw(text))
+    assert parsed.refs == {"main": 2}
+    assert parsed.columns == ["order_id", "status"]
+    assert parsed.properties["format-version"] == "1"
 
 
 def test_a_missing_table_or_branch_is_named_alike(spark, catalog_hook) -> None:
     missing = TableState(spark, CATALOG, f"{new_table_name('state')}_missing", catalog_hook.catalog)
     with pytest.raises(TableNotFoundError, match="does not exist in catalog"):
         missing.refresh()
+    in_driver = TableState(spark, CATALOG, f"{new_table_name('state')}_missing", in_driver=True)
+    with pytest.raises(TableNotFoundError, match="does not exist in catalog"):
+        in_driver.refresh()
     name = create_orders_table(spark, new_table_name("state"), rows=30)
-    _, through_file = _views(spark, catalog_hook, name)
-    with pytest.raises(BranchNotFoundError, match="Branch 'nope' does not exist"):
-        through_file.head("nope")
+    for view in _views(spark, catalog_hook, name):
+        with pytest.raises(BranchNotFoundError, match="Branch 'nope' does not exist"):
+            view.head("nope")
 
 
-def test_a_refresh_reads_the_file_again(spark, catalog_hook) -> None:
+def test_a_refresh_reads_the_metadata_again(spark, catalog_hook) -> None:
     name = create_orders_table(spark, new_table_name("state"), rows=30)
-    _, through_file = _views(spark, catalog_hook, name)
-    before = through_file.head()
+    _, *through_metadata = _views(spark, catalog_hook, name)
+    before = through_metadata[0].head()
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id = 1")
-    assert through_file.head() == before  # the view a job plans on holds until it refreshes
-    through_file.refresh()
-    head = through_file.head()
-    assert head != before
-    assert next(through_file.history().back_from(head)).parent_id == before
+    for through_file in through_metadata:
+        assert through_file.head() == before  # the view a job plans on holds until it refreshes
+        through_file.refresh()
+        head = through_file.head()
+        assert head != before
+        assert next(through_file.history().back_from(head)).parent_id == before
 
 
 def test_the_worker_catalog_is_the_offered_one_of_that_name(catalog_hook) -> None:
@@ -154,10 +200,37 @@ def test_a_job_in_the_worker_reads_its_table_without_asking_spark(spark, catalog
     assert after["amount"].to_pylist() == updated.to_pylist()
     assert pc.sum(matched).as_py() == 30
     assert load(catalog_hook, name).current_snapshot().snapshot_id == record.snapshot_id
-    # The same job through Spark SQL (no catalog offered) does ask: the test above can fail.
+
+
+def test_a_job_in_a_classic_driver_reads_its_table_without_asking_spark_sql(
+    spark, catalog_hook, statements, monkeypatch
+) -> None:
+    name = create_orders_table(spark, new_table_name("state"))
+    before = load(catalog_hook, name).scan().to_arrow()
     statements.clear()
-    DmlJob(spark, dml_spec(name, "customer_id = 8", RunKey("restate", "double", "r2", -1))).run()
+
+    record = DmlJob(spark, dml_spec(name, "customer_id = 7", KEY)).run()
+
+    assert record.outcome is Outcome.COMMITTED
+    assert [statement for statement in statements if _reads_metadata(statement)] == []
+    after = load(catalog_hook, name).scan().to_arrow()
+    assert sorted(after["order_id"].to_pylist()) == sorted(
+        before.filter(pc.not_equal(before["customer_id"], 7))["order_id"].to_pylist()
+    )
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == record.snapshot_id
+
+    # When the driver cannot give the metadata, the job says so and asks Spark SQL: the test above can fail.
+    def unavailable(*_: Any) -> str:
+        raise RuntimeError("no Iceberg table operations here")
+
+    monkeypatch.setattr(spark_internals, "table_metadata_json", unavailable)
+    statements.clear()
+    lines: list[str] = []
+    with log_to(lines.append):
+        record = DmlJob(spark, dml_spec(name, "customer_id = 8", RunKey("restate", "double", "r2", -1))).run()
+    assert record.outcome is Outcome.COMMITTED
     assert any(_reads_metadata(statement) for statement in statements)
+    assert any("Reading the table's metadata through Spark SQL" in line for line in lines)
 
 
 def test_a_merge_in_the_worker_reads_its_tables_without_asking_spark(spark, catalog_hook, statements) -> None:

@@ -75,7 +75,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         #: Marks this job's commits: one Spark application (a Connect server) runs many jobs.
         self.job_id = uuid.uuid4().hex
         self.functions = functions(spark)
-        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog))
+        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog), in_driver=True)
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
         self.target = self._target(self.ref)

@@ -61,7 +61,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         self.spec = spec
         self.app_id = application_id(spark)
         self.job_id = uuid.uuid4().hex
-        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog))
+        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog), in_driver=True)
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         self.ref = spec.branch or "main"
         self.target = self._target(self.ref)
@@ -129,7 +129,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         if self.source_identifier is None or self.source_snapshot_id is not None:
             return
         catalog = self.spec.catalog
-        source = TableState(self.spark, catalog, self.spec.source.table or "", worker_catalog(catalog))
+        source_table = self.spec.source.table or ""
+        source = TableState(self.spark, catalog, source_table, worker_catalog(catalog), in_driver=True)
         source.refresh()
         self.source_snapshot_id = source.head()
         log(f"Source {self.spec.source.table} read at snapshot {self.source_snapshot_id}")

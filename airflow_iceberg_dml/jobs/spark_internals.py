@@ -1,8 +1,10 @@
 """The jobs' only calls into Spark's JVM, each with the reason no public PySpark API does it.
 
 Everything else in ``jobs/`` uses public PySpark (DataFrame, SQL, catalog), so that the same job
-code runs in a classic driver and over Spark Connect. The calls here need a classic driver (py4j),
-and only the maintenance job's rewrites use them (over Spark Connect it runs ``CALL`` statements);
+code runs in a classic driver and over Spark Connect. The calls here need a classic driver (py4j):
+the maintenance job's rewrites use them (over Spark Connect it runs ``CALL`` statements), and so does
+a DML or MERGE job that reads its table's metadata in the driver (over Spark Connect it reads the
+metadata file through the worker's catalog, or asks Spark SQL);
 ``tests/test_spark_internals.py`` exercises every one of them, so that a Spark or Iceberg upgrade
 that moves one fails a test, not a user's task.
 """
@@ -19,11 +21,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.procedures import SortField
-
-#: The JVM's names this module uses; the test checks that each still resolves.
-SPARK_ACTIONS = "org.apache.iceberg.spark.actions.SparkActions"
-SPARK3_UTIL = "org.apache.iceberg.spark.Spark3Util"
-EXPRESSION_CONVERTER = "org.apache.spark.sql.execution.datasources.SparkExpressionConverter"
 
 
 def jvm(spark: SparkSession) -> Any:
@@ -54,6 +51,19 @@ def java_table(spark: SparkSession, table_name: str, table: str, catalog: str) -
         if "NoSuchTable" in java_name or condition.startswith("TABLE_OR_VIEW_NOT_FOUND"):
             raise TableNotFoundError(f"Table {table!r} does not exist in catalog {catalog!r}.") from None
         raise
+
+
+def table_metadata_json(spark: SparkSession, table_name: str, table: str, catalog: str) -> str:
+    """The current metadata of ``table_name``, as the JSON Iceberg writes to a metadata file, read in the
+    driver from the table Spark loaded (``TableNotFoundError`` when it does not exist).
+
+    Why internal: Iceberg's metadata tables (``<table>.refs``, ``<table>.snapshots``) and ``SHOW
+    TBLPROPERTIES`` give the same through public SQL, but each read is a Spark query, and the first in a
+    fresh spark-submit driver costs about a second (``tests/test_table_state.py`` compares the two).
+    """
+    operations = java_table(spark, table_name, table, catalog).operations()
+    parser = jvm(spark).org.apache.iceberg.TableMetadataParser
+    return str(parser.toJson(operations.current()))
 
 
 def spark_actions(spark: SparkSession) -> Any:

@@ -2,13 +2,18 @@
 
 Through Spark SQL: Iceberg's metadata tables (``<table>.refs``, ``<table>.snapshots``) and ``SHOW
 TBLPROPERTIES`` are public SQL, the same calls in a classic Spark driver and over Spark Connect. Each
-costs the engine a Spark job. A job that runs in the Airflow worker, as every job over Spark Connect
-does, can read refs, snapshots and properties from the table's metadata file instead, through the
-connection's pyiceberg catalog (one read in the worker, no work for the engine;
-``bench/bench_group_job.py``): the Connect hook offers that catalog for the job's duration
-(:func:`metadata_through`), and a job takes it with :func:`worker_catalog`. That view is read when
-the job refreshes, before Spark refreshes its own, so that Spark knows every snapshot it names. A
-property set through Spark is seen after the next refresh (the jobs set one, then read no property
+costs the engine a Spark job. The DML and MERGE jobs read the table's metadata (one
+:class:`MetadataView` per refresh) instead, wherever they can:
+
+- in the Airflow worker, as every job over Spark Connect runs, from the table's metadata file through
+  the connection's pyiceberg catalog (one read in the worker, no work for the engine;
+  ``bench/bench_group_job.py``): the Connect hook offers that catalog for the job's duration
+  (:func:`metadata_through`), and a job takes it with :func:`worker_catalog`. That view is read when
+  the job refreshes, before Spark refreshes its own, so that Spark knows every snapshot it names;
+- in a classic driver (spark-submit), from the table Spark itself loaded, after Spark refreshed it
+  (``in_driver``; :func:`~airflow_iceberg_dml.jobs.spark_internals.table_metadata_json`).
+
+A property set through Spark is seen after the next refresh (the jobs set one, then read no property
 before they refresh).
 """
 
@@ -17,12 +22,14 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import SnapshotHistory, SnapshotRow
-from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundError
-from airflow_iceberg_dml.jobs.runner import error_condition, error_message, log
+from airflow_iceberg_dml.exceptions import BranchNotFoundError, IcebergDmlError, TableNotFoundError
+from airflow_iceberg_dml.jobs import spark_internals
+from airflow_iceberg_dml.jobs.runner import error_condition, error_message, is_connect, log
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -68,36 +75,115 @@ def worker_catalog(name: str) -> Catalog | None:
     return _clients[key]
 
 
-class TableState:
-    """One Iceberg table as a job sees it, through Spark SQL or its metadata file (``client``). Call
-    :meth:`refresh` to see others' commits."""
+@dataclass(frozen=True)
+class MetadataView:
+    """One version of a table's metadata, as the jobs read it: refs, snapshots, properties, columns."""
 
-    def __init__(self, spark: SparkSession, catalog: str, table: str, client: Catalog | None = None) -> None:
-        """``client``: the pyiceberg catalog (named ``catalog``) to read refs, snapshots and properties
-        through, from the metadata file (:func:`worker_catalog`); None: through Spark SQL."""
+    refs: dict[str, int]
+    snapshots: tuple[SnapshotRow, ...]
+    #: The table's properties, and its ``format-version``.
+    properties: dict[str, str]
+    #: The current schema's column names, in order.
+    columns: list[str]
+
+    @classmethod
+    def of_pyiceberg(cls, metadata: TableMetadata) -> MetadataView:
+        return cls(
+            refs={name: ref.snapshot_id for name, ref in metadata.refs.items()},
+            snapshots=tuple(
+                SnapshotRow(
+                    snapshot_id=snapshot.snapshot_id,
+                    parent_id=snapshot.parent_snapshot_id,
+                    summary=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
+                    operation=snapshot.summary.operation.value if snapshot.summary else None,
+                )
+                for snapshot in metadata.snapshots
+            ),
+            properties={"format-version": str(metadata.format_version), **metadata.properties},
+            columns=[field.name for field in metadata.schema().fields],
+        )
+
+    @classmethod
+    def of_json(cls, text: str) -> MetadataView:
+        """From the metadata file's JSON, by the field names of Iceberg's table spec (``refs`` and
+        ``current-schema-id`` may be absent from a format version 1 file)."""
+        metadata = json.loads(text)
+        refs = {name: int(ref["snapshot-id"]) for name, ref in metadata.get("refs", {}).items()}
+        current = metadata.get("current-snapshot-id")
+        if "refs" not in metadata and current not in (None, -1):
+            refs = {MAIN: int(current)}
+        return cls(
+            refs=refs,
+            snapshots=tuple(_snapshot_row(snapshot) for snapshot in metadata.get("snapshots", [])),
+            properties={"format-version": str(metadata["format-version"]), **metadata.get("properties", {})},
+            columns=[str(field["name"]) for field in _current_schema(metadata)["fields"]],
+        )
+
+
+def _snapshot_row(snapshot: dict[str, Any]) -> SnapshotRow:
+    summary = {str(key): str(value) for key, value in snapshot.get("summary", {}).items()}
+    parent = snapshot.get("parent-snapshot-id")
+    return SnapshotRow(
+        snapshot_id=int(snapshot["snapshot-id"]),
+        parent_id=int(parent) if parent is not None else None,
+        operation=summary.pop("operation", None),
+        summary=summary,
+    )
+
+
+def _current_schema(metadata: dict[str, Any]) -> dict[str, Any]:
+    if "current-schema-id" not in metadata:
+        return dict(metadata["schema"])
+    current = metadata["current-schema-id"]
+    return next(schema for schema in metadata["schemas"] if schema["schema-id"] == current)
+
+
+class TableState:
+    """One Iceberg table as a job sees it: through Spark SQL, or its metadata (``client``, ``in_driver``).
+    Call :meth:`refresh` to see others' commits."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        catalog: str,
+        table: str,
+        client: Catalog | None = None,
+        *,
+        in_driver: bool = False,
+    ) -> None:
+        """``client``: the pyiceberg catalog (named ``catalog``) to read refs, snapshots, properties and
+        columns through, from the metadata file (:func:`worker_catalog`). ``in_driver``, without a
+        client: read them in the Spark driver when ``spark`` is a classic session. Else through Spark SQL.
+        """
         self.spark = spark
         self.catalog = catalog
         self.table = table
         self.identifier = sql.table_identifier(catalog, table)
         self._client = client
+        self._in_driver = client is None and in_driver and not is_connect(spark)
         self._history: SnapshotHistory | None = None
-        self._metadata: TableMetadata | None = None
+        self._metadata: MetadataView | None = None
 
     def refresh(self, *, after_own_commit: bool = False) -> None:
         """Drop Spark's cached copy of the table, so that the next read sees the latest commit.
 
         ``after_own_commit``: the job's Spark session has just committed, so its copy of the table has
-        that commit; when the metadata is read from its file, only that is read again (one request
-        fewer to the server). Raises :class:`TableNotFoundError` naming the table and catalog when it
-        does not exist.
+        that commit; when the metadata is read from its file or in the driver, only that is read again
+        (one request fewer to the server). Raises :class:`TableNotFoundError` naming the table and
+        catalog when it does not exist.
         """
-        from pyspark.errors import AnalysisException
-
         self._history = None
+        self._metadata = None
         if self._client is not None:  # first: Spark's table, refreshed next, is then at least as new
             self._metadata = self._load()
-            if after_own_commit:
-                return
+        if not (after_own_commit and (self._client is not None or self._in_driver)):
+            self._refresh_spark()
+        if self._in_driver:  # the table Spark has just refreshed (or committed to)
+            self._metadata = self._load_in_driver()
+
+    def _refresh_spark(self) -> None:
+        from pyspark.errors import AnalysisException
+
         try:
             self.spark.sql(sql.refresh_table(self.identifier))
         except AnalysisException as error:
@@ -108,8 +194,8 @@ class TableState:
 
     def refs(self) -> dict[str, int]:
         """Branch and tag names to their head snapshot ids."""
-        if (metadata := self._file()) is not None:
-            return {name: ref.snapshot_id for name, ref in metadata.refs.items()}
+        if (metadata := self._view()) is not None:
+            return dict(metadata.refs)
         rows = self.spark.sql(sql.metadata_query(self.identifier, "refs", "name, snapshot_id")).collect()
         return {str(row.name): int(row.snapshot_id) for row in rows}
 
@@ -134,16 +220,8 @@ class TableState:
         return self._history
 
     def _read_history(self) -> SnapshotHistory:
-        if (metadata := self._file()) is not None:
-            return SnapshotHistory(
-                SnapshotRow(
-                    snapshot_id=snapshot.snapshot_id,
-                    parent_id=snapshot.parent_snapshot_id,
-                    summary=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
-                    operation=snapshot.summary.operation.value if snapshot.summary else None,
-                )
-                for snapshot in metadata.snapshots
-            )
+        if (metadata := self._view()) is not None:
+            return SnapshotHistory(metadata.snapshots)
         rows = self.spark.sql(
             sql.metadata_query(self.identifier, "snapshots", "snapshot_id, parent_id, summary, operation")
         ).collect()
@@ -164,34 +242,46 @@ class TableState:
 
     def properties(self) -> dict[str, str]:
         """The table's properties (Iceberg adds ``format-version``; Spark SQL ``sort-order`` and others)."""
-        if (metadata := self._file()) is not None:
-            return {"format-version": str(metadata.format_version), **metadata.properties}
+        if (metadata := self._view()) is not None:
+            return dict(metadata.properties)
         rows = self.spark.sql(sql.show_properties(self.identifier)).collect()
         return {str(row.key): str(row.value) for row in rows}
 
     def columns(self, ref: str = MAIN) -> list[str]:
         """The column names, in the table's order: the current schema's, which a branch reads and every
         write uses (from the metadata file when there is one, else a request to Spark's analyser)."""
-        if (metadata := self._file()) is not None:
-            return [field.name for field in metadata.schema().fields]
+        if (metadata := self._view()) is not None:
+            return list(metadata.columns)
         return list(self.spark.table(sql.table_identifier(self.catalog, self.table, _branch(ref))).columns)
 
-    def _file(self) -> TableMetadata | None:
-        """The metadata file as :meth:`refresh` read it through ``client``; None without a client."""
-        if self._client is None:
-            return None
-        if self._metadata is None:
+    def _view(self) -> MetadataView | None:
+        """The metadata as :meth:`refresh` left it (read now if not yet); None: ask Spark SQL."""
+        if self._metadata is None and self._in_driver:
+            self._metadata = self._load_in_driver()
+        elif self._metadata is None and self._client is not None:
             self._metadata = self._load()
         return self._metadata
 
-    def _load(self) -> TableMetadata:
+    def _load(self) -> MetadataView:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         assert self._client is not None
         try:
-            return self._client.load_table(self.table).metadata
+            return MetadataView.of_pyiceberg(self._client.load_table(self.table).metadata)
         except (NoSuchTableError, NoSuchNamespaceError):
             raise self._not_found() from None
+
+    def _load_in_driver(self) -> MetadataView | None:
+        """From the table the driver's Spark loaded; None (and Spark SQL from then on) when it cannot."""
+        try:
+            text = spark_internals.table_metadata_json(self.spark, self.identifier, self.table, self.catalog)
+        except IcebergDmlError:
+            raise
+        except Exception as error:  # noqa: BLE001 - Spark SQL reads the same metadata, only slower
+            log(f"Reading the table's metadata through Spark SQL: {self.table!r} ({error_message(error)}).")
+            self._in_driver = False
+            return None
+        return MetadataView.of_json(text)
 
     def _not_found(self) -> TableNotFoundError:
         return TableNotFoundError(f"Table {self.table!r} does not exist in catalog {self.catalog!r}.")
