@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from airflow_iceberg_dml.exceptions import ErasureReportUnavailableError
 from airflow_iceberg_dml.jobs.purge import iso_from_ms, pending_erasures
 from airflow_iceberg_dml.result import rows_deleted, summary_of
 from airflow_iceberg_dml.spec import SummaryKey, snapshot_id_text
@@ -36,8 +37,6 @@ class ErasureStatus(StrEnum):
     """The verification found an erased key in a file after the purge (the report names the file)."""
     NOOP = "noop"
     """Nothing to do: no subject, or no row matched."""
-    UNKNOWN = "unknown"
-    """The driver ran remotely and left no record: its report is in the driver's log."""
 
 
 class RemainingFile(TypedDict, total=False):
@@ -146,6 +145,15 @@ def describe_table(name: str, entry: TableReport, erase: bool) -> str:
         f"{entry.get('files_deleted_by_expiry', 0)} file(s) deleted by expiry, "
         f"{entry.get('metadata_versions_dropped', 0)} earlier metadata version(s) dropped; "
         f"verification {verdict}"
+    )
+
+
+def report_unavailable(erasure_id: str, mode: str) -> ErasureReportUnavailableError:
+    """The error of an erasure whose driver ran remotely (cluster deploy mode) and left no record here."""
+    return ErasureReportUnavailableError(
+        f"Erasure {erasure_id} ({mode}) ran in a remote driver (cluster deploy mode): what it erased and its "
+        "verification are in the driver's log only, so this task cannot prove it. Run erasure in client "
+        "deploy mode or over Spark Connect."
     )
 
 

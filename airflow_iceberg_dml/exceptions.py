@@ -158,6 +158,11 @@ class CheckResultUnavailableError(IcebergDmlError):
     """A check's counts did not come back to Airflow: its driver ran remotely (cluster deploy mode)."""
 
 
+class ErasureReportUnavailableError(IcebergDmlError):
+    """An erasure's report (what it erased, its verification) did not come back to Airflow: its driver
+    ran remotely (cluster deploy mode), and an erasure the task cannot prove is not reported done."""
+
+
 def error_from_record(error_type: str, message: str, retryable: bool | None = None) -> IcebergDmlError:
     """Rebuild the error a Spark job reported: its class by name, else one with the reported flag.
 

@@ -108,6 +108,10 @@ def erased_orders() -> set[int]:
     return {order for order in range(1, ORDERS + 1) if BASE + order % CUSTOMERS in SUBJECTS}
 
 
+#: The keys of an erasure's asset event: the report's summary.
+EVENT_SUMMARY = sorted(["request_id", "mode", "subjects", "status", "commits", "verified", "report_path"])
+
+
 def holds(path: Path, column: str, keys: set[int]) -> bool:
     table = pq.read_table(path)
     return column in table.column_names and bool(keys & set(table[column].to_pylist()))
@@ -256,9 +260,10 @@ def test_erase_then_purge_leaves_no_erased_key_in_any_file(
             .all()
         )
         extras = sorted((event.extra for event in events), key=lambda extra: extra["mode"])
-    assert [(extra["mode"], extra["status"]) for extra in extras] == [
-        ("erase", "erased"),
-        ("purge", "purged"),
+    # Each event holds the report's summary (docs/erasure.md, "The report"), not the whole report.
+    assert [(extra["mode"], extra["status"], sorted(extra)) for extra in extras] == [
+        ("erase", "erased", EVENT_SUMMARY),
+        ("purge", "purged", EVENT_SUMMARY),
     ]
     assert extras[0]["commits"] == erased["tables"][orders]["commits"]
     assert extras[1]["verified"] is True
@@ -764,7 +769,8 @@ def test_a_manifest_left_on_storage_with_erased_keys_fails_the_purge_until_old_e
     """The worker's check of the metadata layers, against a real manifest that names erased keys: left
     under the table after the purge (as a failed commit leaves one), it fails the purge naming the file
     and its layer while it may be a write in progress; once older than the orphan grace, the purge deletes
-    it, and an empty folder named by a key, and the table is clean in every layer."""
+    it, and an empty folder named by a key, and the table is clean in every layer. A data file with erased
+    rows, left the same way, is read by the Spark job while young: kept and reported, then deleted."""
     from tests.dags.erasure_audit_dag import LAYERS_TABLE, dag_layers_purge
 
     catalog = catalog_hook.catalog
@@ -779,6 +785,9 @@ def test_a_manifest_left_on_storage_with_erased_keys_fails_the_purge_until_old_e
     ).append()
     location = load(catalog_hook, LAYERS_TABLE).location()
     root = Path(location.removeprefix("file:"))
+    keyed_data = next(
+        path for path in root.rglob("*.parquet") if holds(path, "customer_id", set(SUBJECTS))
+    ).read_bytes()
     erase = IcebergEraseOperator(task_id="erase", tables={LAYERS_TABLE: "customer_id"}, subjects=SUBJECTS)
     tables = {LAYERS_TABLE: load(catalog_hook, LAYERS_TABLE)}
     assert run_spec(
@@ -798,6 +807,9 @@ def test_a_manifest_left_on_storage_with_erased_keys_fails_the_purge_until_old_e
     # A manifest that names erased keys, left where a failed commit leaves one, written just now.
     planted = root / "metadata" / "left-by-a-failed-commit-m0.avro"
     planted.write_bytes(saved[named[0]])
+    # And a data file with erased rows, written just now, that no snapshot references (a write in progress).
+    in_progress = root / "data" / "written-just-now.parquet"
+    in_progress.write_bytes(keyed_data)
     empty = root / "data" / f"customer_id={SUBJECTS[0]}"
     empty.mkdir(parents=True, exist_ok=True)
     young = run_dag(dag_layers_purge, subjects_file=str(subjects), report_location=str(reports))
@@ -812,6 +824,11 @@ def test_a_manifest_left_on_storage_with_erased_keys_fails_the_purge_until_old_e
         (str(planted), "manifests", False)
     }
     assert planted.exists()
+    assert [
+        (item["file"].removeprefix("file:"), item["rows"], item["referenced"])
+        for item in json.loads(report_file.read_text())["tables"][LAYERS_TABLE]["verification"]["remaining"]
+    ] == [(str(in_progress), _erased_rows(in_progress), False)]
+    assert in_progress.exists()
     # The empty folder named by a key went at once (never named by the key in the report).
     assert not empty.exists()
     assert (
@@ -821,12 +838,19 @@ def test_a_manifest_left_on_storage_with_erased_keys_fails_the_purge_until_old_e
 
     old = time.time() - 2 * 3600  # older than the orphan grace: no write can still be in progress
     os.utime(planted, (old, old))
+    os.utime(in_progress, (old, old))
     last = run_dag(dag_layers_purge, subjects_file=str(subjects), report_location=str(reports))
     assert task_states(last) == {"purge": "success"}
     purged = xcom_result(last, "purge")
     assert str(planted) in purged["files_deleted"]
     assert not planted.exists()
+    assert not in_progress.exists()
     assert key_residues(location, set(SUBJECTS)) == []
+
+
+def _erased_rows(path: Path) -> int:
+    """How many rows of a Parquet file hold one of the subjects (read here with pyarrow)."""
+    return sum(key in set(SUBJECTS) for key in pq.read_table(path)["customer_id"].to_pylist())
 
 
 def key_residues_in(avro: bytes) -> bool:

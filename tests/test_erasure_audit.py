@@ -22,9 +22,13 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 
-from airflow_iceberg_dml.exceptions import ErasureIncompleteError, InvalidSubjectsError
+from airflow_iceberg_dml.exceptions import (
+    ErasureIncompleteError,
+    ErasureReportUnavailableError,
+    InvalidSubjectsError,
+)
 from airflow_iceberg_dml.hooks.erasure_storage import DEFAULT_REPORT_FOLDER, ErasureStorageHook
-from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator
+from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan
 from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
 from airflow_iceberg_dml.spec import RunKey, SummaryKey
 from tests.conftest import free_port, load, new_table_name, run_dag, task_context, task_states, xcom_result
@@ -367,3 +371,16 @@ def test_a_leftover_whose_delete_fails_is_reported_and_the_purge_is_not_clean():
     assert remaining_places(cast("Any", {"tables": tables})) == (
         f"sales.orders: {stays} (not read, its delete failed, on storage, referenced by no snapshot)"
     )
+
+
+@pytest.mark.parametrize("mode", ["erase", "purge"])
+def test_an_erasure_whose_driver_ran_remotely_fails_instead_of_reporting_it_unproven(catalog_hook, mode):
+    """Cluster deploy mode: no record comes back, so nothing says what was erased or verified."""
+    name = _table(catalog_hook)
+    operator = IcebergEraseOperator(task_id=mode, mode=mode, tables={name: "customer_id"}, subjects=SUBJECTS)
+    tables = {name: load(catalog_hook, name)}
+    spec = operator.build_spec(task_context(RunKey("d", mode, "r")), tables)
+
+    with pytest.raises(ErasureReportUnavailableError, match=r"remote driver .* client deploy mode or over"):
+        operator.collect(cast("Any", None), JobPlan(spec, None), None)
+    assert ErasureReportUnavailableError.retryable is False

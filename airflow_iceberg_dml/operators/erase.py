@@ -11,8 +11,8 @@ One operator, two modes (docs/erasure.md has the timeline)::
                    every layer of the table (data files in Spark, metadata files and names here) to
                    verify that no erased key remains
 
-Both modes write a report (the XCom value, the asset event's extra and a JSON file) that names the
-request, counts the subjects and never holds their keys.
+Both modes write a report (the XCom value and a JSON file; its summary in the asset event) that names
+the request, counts the subjects and never holds their keys.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from airflow_iceberg_dml.erasure_report import (
     not_due_tables,
     purge_status,
     remaining_places,
+    report_unavailable,
 )
 from airflow_iceberg_dml.exceptions import ErasureIncompleteError, InvalidSubjectsError
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
@@ -327,10 +328,13 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
         return {"subjects": len(spec.subjects), "tables": entries}
 
     def collect(self, run: JobRun, plan: JobPlan[float], record: JobRecord | None) -> ErasureReport:
-        return self._report(run, cast("ErasureSpec", plan.spec), record)
+        spec = cast("ErasureSpec", plan.spec)
+        if record is None:
+            raise report_unavailable(spec.erasure_id, spec.mode.value)
+        return self._report(run, spec, record)
 
-    def _report(self, run: JobRun, spec: ErasureSpec, record: JobRecord | None) -> ErasureReport:
-        details: dict[str, Any] = dict(record.details) if record is not None else {}
+    def _report(self, run: JobRun, spec: ErasureSpec, record: JobRecord) -> ErasureReport:
+        details: dict[str, Any] = dict(record.details)
         tables: dict[str, TableReport] = dict(details.get("tables", {}))
         report = ErasureReport(
             request_id=spec.erasure_id,
@@ -341,9 +345,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             finished_at=iso_time(datetime.now(tz=UTC)),
             duration_s=round(run.elapsed(), 3),
         )
-        if record is None:
-            report["status"] = ErasureStatus.UNKNOWN  # a remote driver: its report is in the driver's log
-        elif spec.mode is ErasureMode.ERASE:
+        if spec.mode is ErasureMode.ERASE:
             erase_numbers(tables, run.catalog_hook.load_table)
             if any(entry.get("commits") for entry in tables.values()):
                 report["status"] = ErasureStatus.ERASED
