@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CheckResultUnavailableError,
+    DataQualityCheckFailedError,
     InvalidCheckError,
     SnapshotNotFoundError,
     TableNotFoundError,
@@ -505,6 +506,59 @@ def test_bad_input_fails_before_spark_without_retries(catalog_hook):
         with pytest.raises(AirflowFailException, match=message) as raised:
             _operator(**{"table": name, **fields}).execute({"ti": ti})
         assert isinstance(raised.value.__cause__, error)
+
+
+def test_a_failed_check_is_pushed_to_xcom_then_fails_the_task_without_retries(catalog_hook, monkeypatch):
+    """docs/checks.md, fail or only report: the task's own lifecycle on a real table, with the Spark job
+    replaced by the record it would write (two checks, one failing)."""
+    import pyarrow as pa
+
+    name = new_table_name("checks_fail")
+    table = catalog_hook.catalog.create_table(name, pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": [1, 1]}))
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    submitted = []
+
+    def job(operator: IcebergCheckOperator, spec: CheckSpec, run: Any, store: Any) -> JobRecord:
+        submitted.append(spec)
+        checks = {
+            "ids_unique": {"kind": "unique", "failing": 2, "duplicate_keys": 1},
+            "rows": {"kind": "row_count", "failing": 0, "rows": 2},
+        }
+        return JobRecord(Outcome.CHECKED, details={"snapshot_id": head, "checks": checks})
+
+    monkeypatch.setattr(IcebergCheckOperator, "_submit", job)
+    pushed: list[tuple[str, Any]] = []
+    ti = SimpleNamespace(
+        dag_id="dq",
+        task_id="check",
+        run_id="manual__1",
+        map_index=-1,
+        try_number=1,
+        xcom_push=lambda key, value: pushed.append((key, value)),
+    )
+    checks = {"ids_unique": {"kind": "unique", "columns": ["id"]}, "rows": {"kind": "row_count"}}
+
+    with pytest.raises(AirflowFailException, match="1 of 2 data-quality check") as raised:
+        _operator(table=name, checks=checks).execute({"ti": ti})
+    assert isinstance(raised.value.__cause__, DataQualityCheckFailedError)
+    assert "'ids_unique' (unique): 2 failing" in str(raised.value)
+    ((key, result),) = pushed  # pushed before the failure: every count is in XCom
+    assert key == "return_value"
+    assert (result["passed"], result["failed"], result["snapshot_id"]) == (False, ["ids_unique"], str(head))
+    assert result["checks"]["ids_unique"] == {
+        "kind": "unique",
+        "failing": 2,
+        "passed": False,
+        "duplicate_keys": 1,
+    }
+    assert len(submitted) == 1
+
+    # fail_on_failure=False only reports: the same result is the task's return value, and it succeeds.
+    pushed.clear()
+    reported = _operator(table=name, checks=checks, fail_on_failure=False).execute({"ti": ti})
+    assert reported == {**result, "duration_s": reported["duration_s"]}
+    assert pushed == []
 
 
 # -- the operator as Airflow tasks -----------------------------------------------------------------------

@@ -143,6 +143,42 @@ def test_a_writer_killed_midway_leaves_no_report_and_a_later_write_clears_its_le
     assert json.loads(Path(path).read_text())["request_id"] == "req-7"
 
 
+def test_a_report_never_replaces_a_file_even_one_of_the_same_name(tmp_path, monkeypatch):
+    """docs/erasure.md, the report: a name already taken fails the write and the file stays as it was,
+    on local storage (linked to its name) and on an object store (created without overwrite)."""
+    import uuid
+    from io import BytesIO
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.hooks import erasure_storage
+
+    instant = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    # The same instant and the same random part for every report: the second gets the first's name.
+    monkeypatch.setattr(erasure_storage, "datetime", SimpleNamespace(now=lambda tz: instant))
+    monkeypatch.setattr(erasure_storage, "uuid", SimpleNamespace(uuid4=lambda: uuid.UUID(int=7)))
+    storage = ErasureStorageHook(cast("Any", None), "sales.orders")
+    first = storage.write_report(str(tmp_path), _report())
+    with pytest.raises(FileExistsError):
+        storage.write_report(str(tmp_path), {**_report(), "status": "noop"})
+    assert json.loads(Path(first).read_text())["status"] == "erased"
+    assert [path.name for path in tmp_path.iterdir()] == [Path(first).name]  # no temporary file left
+
+    created: list[tuple[str, bool]] = []
+
+    class Output:
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def create(self, overwrite: bool) -> Any:
+            created.append((self.path, overwrite))
+            return BytesIO()
+
+    bucket = SimpleNamespace(io=SimpleNamespace(new_output=Output))
+    monkeypatch.setattr(storage, "_table", lambda: bucket)
+    path = storage.write_report("s3://audit/reports", _report())
+    assert created == [(path, False)]
+
+
 # -- subjects ----------------------------------------------------------------------------------------------
 
 
@@ -240,6 +276,32 @@ def test_a_purge_with_nothing_due_decides_from_metadata_without_starting_spark(
     assert operator.not_due(built, tables) is None
 
 
+def test_a_table_with_no_erasure_commit_is_never_not_due_so_its_purge_goes_to_spark(catalog_hook):
+    """docs/erasure.md, purge: the not-due shortcut needs erasure commits on every table; a table with
+    none still goes to Spark, whose verification reads its files."""
+    from airflow_iceberg_dml.operators.base import JobPlan, JobRun
+
+    plain, erased = _table(catalog_hook), _table(catalog_hook)
+    _erasure_commit(catalog_hook, erased, "req-1", datetime.now(tz=UTC) + timedelta(days=20))
+    context = task_context(RunKey("d", "purge", "r"))
+
+    def decided_from_metadata(*names: str) -> bool:
+        operator = IcebergEraseOperator(
+            task_id="purge", mode="purge", tables=dict.fromkeys(names, "customer_id"), subjects=SUBJECTS
+        )
+        tables = {name: load(catalog_hook, name) for name in names}
+        return operator.not_due(operator.build_spec(context, tables), tables) is not None
+
+    assert decided_from_metadata(erased)  # every table has one, none due: no Spark
+    assert not decided_from_metadata(plain)
+    assert not decided_from_metadata(erased, plain)
+    operator = IcebergEraseOperator(
+        task_id="purge", mode="purge", tables={plain: "customer_id"}, subjects=SUBJECTS
+    )
+    planned = operator.plan(JobRun(context, catalog_hook), load(catalog_hook, plain))
+    assert isinstance(planned, JobPlan)  # a job to submit, not a report
+
+
 def test_the_forms_of_a_key_are_its_text_and_its_truncated_bounds():
     from airflow_iceberg_dml.erasure_keys import key_forms
 
@@ -280,9 +342,10 @@ def test_a_path_is_reported_with_its_key_valued_folders_redacted():
     )
 
 
-@pytest.mark.parametrize("on_remaining", ["fail", "warn"])
+@pytest.mark.parametrize("on_remaining", ["fail", "warn", None], ids=["fail", "warn", "default"])
 def test_erased_keys_left_fail_the_purge_or_with_on_remaining_warn_are_logged(monkeypatch, on_remaining):
-    """docs/erasure.md, keeping audit snapshots: never kept silently, whichever the choice."""
+    """docs/erasure.md, keeping audit snapshots: never kept silently, whichever the choice; ``fail`` is
+    the default."""
     from types import SimpleNamespace
 
     reported: list[str] = []
@@ -301,13 +364,13 @@ def test_erased_keys_left_fail_the_purge_or_with_on_remaining_warn_are_logged(mo
         tables={"db.orders": "o_custkey"},
         subjects=[1],
         mode="purge",
-        on_remaining=on_remaining,
+        **({} if on_remaining is None else {"on_remaining": on_remaining}),
     )
     where = r"db\.orders: data/00001\.parquet \(2 row\(s\), referenced by audit\)"
     lines: list[str] = []
     monkeypatch.setattr(operator.log, "warning", lambda text, *args: lines.append(text % args))
 
-    if on_remaining == "fail":
+    if on_remaining != "warn":
         with pytest.raises(ErasureIncompleteError, match=where + r"\. Report: /reports/r-1\.purge\.json"):
             operator.report(run, result)
         assert (reported, [entry["key"] for entry in pushed], lines) == ([], ["erasure_report"], [])

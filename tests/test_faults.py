@@ -184,3 +184,42 @@ def test_on_kill_stops_a_remote_driver_through_the_spark_provider(
 
     assert killed == ["sp"]
     assert any(" ".join(command).endswith(kill_command) for command in commands), commands
+
+
+def test_a_failed_spark_submit_of_a_remote_driver_is_a_retryable_spark_job_error(monkeypatch, tmp_path):
+    """docs/clusters.md: in cluster mode the job gets no result path, so no record says why it failed:
+    spark-submit's failure is ``SparkJobError`` with its message, retryable, which the operators raise
+    as it is for the task's retries (no JVM: the provider's submit is replaced by a failing one)."""
+    import json
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_iceberg_dml.catalog_config import CatalogConfig
+    from airflow_iceberg_dml.exceptions import SparkJobError
+    from airflow_iceberg_dml.hooks.spark_submit import _RoutedSparkSubmitHook
+    from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
+
+    remote = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_REMOTE", json.dumps(remote))
+    shipped: list[DmlSpec] = []
+
+    def failing_submit(provider: _RoutedSparkSubmitHook, application: str, **kwargs: Any) -> None:
+        shipped.append(DmlSpec.from_json(Path(cast("str", provider._files)).read_text()))
+        raise AirflowException("Cannot execute: spark-submit --master yarn ... Error code is: 1.")
+
+    monkeypatch.setattr(_RoutedSparkSubmitHook, "submit", failing_submit)
+    catalog = CatalogConfig.from_properties(
+        CATALOG, {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": str(tmp_path)}
+    )
+    spec = _spec("tests.remote", RunKey("d", "t", "r"), 1)
+
+    with (
+        pytest.raises(SparkJobError, match="spark-submit failed: Cannot execute") as raised,
+        bad_input_fails_the_task(),  # what every operator's execute runs in
+    ):
+        IcebergSparkSubmitHook("spark_remote").submit(spec, catalog, name="iceberg-dml-remote")
+    assert raised.value.retryable
+    assert isinstance(raised.value.__cause__, AirflowException)
+    (sent,) = shipped
+    assert sent.result_path is None  # the driver is remote: it writes no record here
+    assert sent.where == spec.where

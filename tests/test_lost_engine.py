@@ -227,6 +227,51 @@ def test_status_of_a_supervisor_that_gave_up_says_why(tmp_path):
     assert "the supervisor's last line: 2026-11-25 10:00:09 server exited 3 times" in text
 
 
+def test_the_supervisor_restarts_1_s_after_a_server_that_served_then_doubles_up_to_a_minute_and_gives_up(
+    tmp_path, monkeypatch
+):
+    """docs/engines.md, an engine that stays up: a server that served is started again after 1 s; one
+    that exits before it serves, after a pause that doubles up to a minute; after 8 such starts in a
+    row the supervisor gives up and says so in supervisor.log. The server here is ``false``: it exits at
+    once; the first start counts as served; the pauses are computed, then not waited."""
+    import json
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml import engine_supervisor
+    from airflow_iceberg_dml.engine_supervisor import COMMAND_FILE, LOG_FILE, Supervisor, last_words
+
+    assert [engine_supervisor.pause_after(failed) for failed in range(9)] == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    command = {"command": ["false"], "log_path": str(tmp_path / "server.log")}
+    (tmp_path / COMMAND_FILE).write_text(json.dumps(command))
+    pauses: list[float] = []
+    pause_after = engine_supervisor.pause_after
+    monkeypatch.setattr(
+        engine_supervisor, "pause_after", lambda failed: pauses.append(pause_after(failed)) or 0
+    )
+    # The test process keeps its own signal handlers.
+    monkeypatch.setattr(
+        engine_supervisor,
+        "signal",
+        SimpleNamespace(signal=lambda *_: None, SIGTERM=signal.SIGTERM, SIGINT=signal.SIGINT),
+    )
+    waits = Supervisor._wait_until_serving
+    starts: list[int] = []
+
+    def served_the_first_time(supervisor: Supervisor, child: Any) -> bool:
+        starts.append(child.pid)
+        return len(starts) == 1 or waits(supervisor, child)
+
+    monkeypatch.setattr(Supervisor, "_wait_until_serving", served_the_first_time)
+
+    assert Supervisor(tmp_path).run() == 1
+    assert len(starts) == 9  # the one that served, then 8 that did not
+    assert pauses == [1, 2, 4, 8, 16, 32, 60, 60]
+    lines = (tmp_path / LOG_FILE).read_text().splitlines()
+    assert sum(" server started, pid " in line for line in lines) == 9
+    assert lines[-1].endswith(" server exited 8 times in a row before it served; giving up")
+    assert last_words(tmp_path) == lines[-1]  # what ``status`` shows
+
+
 def test_a_restarted_servers_web_ui_never_takes_the_servers_port(monkeypatch):
     """Restarted on its port, the server's port is free until the server binds it, so the system may
     hand it out for the web UI (which then answered the clients, HTTP/1.1 426, and passed for the

@@ -19,7 +19,7 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from airflow_iceberg_dml.exceptions import CommitNotFoundError, UnknownColumnError
 from airflow_iceberg_dml.health import HealthThresholds, assess
-from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobRun
+from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.maintenance import (
@@ -162,6 +162,30 @@ def test_an_erasure_carries_its_deadline_from_purge_within_and_its_write_mode():
     )
     assert spec.write_mode is WriteMode.COPY_ON_WRITE
     assert spec.subjects == (7, 9)
+
+
+def test_an_erasure_and_a_purge_have_the_documented_defaults():
+    """docs/erasure.md and the operator's docstring: merge-on-read, a deadline 30 days after the erasure;
+    a purge ahead of 7 days, snapshots kept 1 hour, unreferenced files read for 1 hour."""
+    from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+
+    hour_ms = 3600 * 1000
+    tables = {"sales.orders": TABLE}
+    erase = IcebergEraseOperator(task_id="erase", tables={"sales.orders": "order_id"}, subjects=[7])
+    before = datetime.now(tz=UTC)
+    spec = erase.build_spec(CONTEXT, tables)
+    deadline = datetime.fromisoformat(spec.snapshot_properties[SummaryKey.PURGE_BY].replace("Z", "+00:00"))
+    assert before + timedelta(days=30, seconds=-1) <= deadline <= datetime.now(tz=UTC) + timedelta(days=30)
+    assert spec.write_mode is WriteMode.MERGE_ON_READ
+    purge = IcebergEraseOperator(
+        task_id="purge", tables={"sales.orders": "order_id"}, subjects=[7], mode="purge"
+    )
+    spec = purge.build_spec(CONTEXT, tables)
+    assert (spec.purge_ahead_ms, spec.min_retention_ms, spec.orphan_grace_ms) == (
+        7 * 24 * hour_ms,
+        hour_ms,
+        hour_ms,
+    )
 
 
 def test_without_them_the_config_objects_have_their_defaults():
@@ -318,6 +342,33 @@ def test_no_match_dry_run_and_a_silent_remote_driver_are_no_ops():
     assert (remote["noop"], remote["spark_app_id"], remote["impact"]) == (True, "application_1_2", None)
 
 
+def test_a_dry_run_whose_driver_ran_remotely_says_dry_run_with_an_empty_impact():
+    """docs/clusters.md: a remote driver leaves no record; with no commit of the run key nor of the
+    application since the noted head, a dry run returns ``dry_run=True`` and an empty ``impact`` (the
+    impact is in the driver's log); the change itself, a plain no-op."""
+    looked_for: list[Any] = []
+
+    def find_commits(table: Any, marks: Any, branch: Any = None, stop_at: Any = None) -> list[Any]:
+        looked_for.append((marks, stop_at))
+        return []
+
+    hook: Any = SimpleNamespace(
+        load_table=lambda name: TABLE, find_commits=find_commits, health=lambda t: None
+    )
+    results = {}
+    for dry_run in (True, False):
+        operator = IcebergDeleteOperator(task_id="d", table="db.t", where="TRUE", dry_run=dry_run)
+        operator._engine = cast("Any", SimpleNamespace(remote_application_id="application_1_2"))
+        plan = JobPlan(operator.build_spec(CONTEXT, TABLE), 7)
+        results[dry_run] = operator.collect(JobRun(CONTEXT, hook), plan, None)
+    dry, change = results[True], results[False]
+    assert (dry["noop"], dry["dry_run"], dry["impact"]) == (True, True, {})
+    assert (dry["snapshot_id"], dry["spark_app_id"], dry["rows_deleted"]) == ("7", "application_1_2", 0)
+    assert (change["noop"], change["dry_run"], change["impact"]) == (True, False, None)
+    # Each looked for the run key, then the application id, back to the noted head only.
+    assert [stop_at for _, stop_at in looked_for] == [7, 7, 7, 7]
+
+
 def test_the_task_log_says_who_committed_and_what_a_dry_run_would_change():
     """README: a replay, a group commit, a no-op and a dry run each read as what happened (a dry run is
     never "nothing matched"); a dry run lists its first 20 partitions by label."""
@@ -451,6 +502,81 @@ def test_the_compaction_and_expiry_parameters_reach_their_procedure_calls():
         IcebergExpireSnapshotsOperator(task_id="e", table="db.t", older_than="2d").build_spec(
             CONTEXT, TABLE, health=_health(), now=now
         )
+
+
+def _options(call: Any) -> dict[str, str]:
+    return {key: str(value).lower() for key, value in call.options.items()}
+
+
+def test_the_position_delete_pass_rewrites_all_and_partial_progress_allows_no_failed_commit_by_default():
+    """docs/maintenance.md: ``position_delete_options`` defaults to ``{"rewrite-all": "true"}``; with
+    partial progress, ``partial-progress.max-failed-commits`` is 0 unless ``options`` gives it."""
+    failed_commits = "partial-progress.max-failed-commits"
+
+    def calls(**fields: Any) -> list[Any]:
+        operator = IcebergCompactionOperator(task_id="compact", table="db.t", force=True, **fields)
+        return list(operator.build_spec(CONTEXT, TABLE, health=_health()).calls)
+
+    data, deletes, _ = calls()
+    assert deletes.procedure is MaintenanceProcedure.REWRITE_POSITION_DELETE_FILES
+    assert _options(deletes) == {"rewrite-all": "true"}
+    assert failed_commits not in data.options  # without partial progress, a failed group fails anyway
+    for fields in ({"partial_progress": True}, {"options": {"partial-progress.enabled": "true"}}):
+        data, *_ = calls(**fields)
+        assert _options(data)[failed_commits] == "0", fields
+    data, *_ = calls(partial_progress=True, options={failed_commits: 3})
+    assert _options(data)[failed_commits] == "3"
+
+
+def test_forced_on_a_healthy_table_the_result_says_forced_and_gives_force_as_its_reason():
+    """docs/maintenance.md, the result: ``forced``, and the reason ``force=True (<why it was not needed>)``;
+    the same operator unforced is a no-op; forced on a table that needs it, it is not ``forced``."""
+    table: Any = SimpleNamespace(**vars(TABLE), snapshot_by_id=lambda snapshot_id: None)
+    healthy, after = _health(5), _health(9)
+    crowded = assess(
+        table="db.t",
+        snapshot_id=5,
+        summary={"total-records": "10", "total-data-files": "1"},
+        entries=None,
+        manifests=10_000,
+        snapshots=[],
+        ref_heads=[5],
+        metadata_json_bytes=None,
+        retention=None,
+        thresholds=HealthThresholds(),
+    )
+    assert not healthy.needs
+    assert MaintenanceProcedure.REWRITE_MANIFESTS in crowded.needs
+
+    def run_on(health: Any, **fields: Any) -> dict[str, Any]:
+        hook: Any = SimpleNamespace(
+            health=lambda table, thresholds, retention=None: health,
+            load_table=lambda name: table,
+            catalog_config=None,
+        )
+        operator = IcebergCompactionOperator(task_id="compact", table="db.t", **fields)
+        run = JobRun(CONTEXT, hook)
+        planned = operator.plan(run, table)
+        if not isinstance(planned, JobPlan):
+            return cast("dict[str, Any]", planned)
+        hook.health = lambda table, thresholds, retention=None: after
+        record = JobRecord(outcome=Outcome.COMMITTED, details={"commits": [9]})
+        return cast("dict[str, Any]", operator.collect(run, planned, record))
+
+    reason = f"the table is healthy by the thresholds ({healthy.describe()})"
+    forced = run_on(healthy, force=True)
+    assert (forced["noop"], forced["forced"], forced["reason"]) == (False, True, f"force=True ({reason})")
+    assert forced["procedures"] == [
+        "rewrite_data_files",
+        "rewrite_position_delete_files",
+        "rewrite_manifests",
+    ]
+    assert forced["committed_snapshot_ids"] == ["9"]
+    unforced = run_on(healthy)
+    assert (unforced["noop"], unforced["forced"], unforced["reason"]) == (True, False, reason)
+    needed = run_on(crowded, force=True)
+    assert (needed["noop"], needed["forced"]) == (False, False)
+    assert needed["reason"].startswith("10000 manifests")
 
 
 def test_maintenance_results_for_a_no_op_and_for_a_run():

@@ -16,11 +16,12 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
 
 import pyarrow as pa
 import pytest
+import requests
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowFailException,
@@ -570,6 +571,89 @@ def test_unreachable_catalog_keeps_waiting(monkeypatch, connection):
         table="a.b", catalog_conn_id="unreachable", mode="wait", on_missing="fail", poll_interval=0.1
     )
     assert asyncio.run(collect(trigger, 1, 0.5)) == []
+
+
+class _RestSession:
+    """A REST catalog's HTTP session that answers every loadTable with one HTTP status, or raises."""
+
+    def __init__(self, answer: int | Exception) -> None:
+        self.answer = answer
+        self.requests = 0
+
+    def get(self, url: str, headers: Any = None, timeout: Any = None) -> Any:
+        self.requests += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        response = requests.Response()
+        response.status_code, response.url, response._content = self.answer, url, b""
+        return response
+
+
+def _rest_catalog_answering(monkeypatch: pytest.MonkeyPatch, answer: int | Exception) -> _RestSession:
+    """Every watcher reads the table's pointer through the REST reader, answered ``answer``: pyiceberg
+    turns the status into its own error, as for a real REST catalog (no server, no Spark)."""
+    from pyiceberg.catalog.rest.response import _handle_non_200_response
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from airflow_iceberg_dml.compat import RestLoadTable
+    from airflow_iceberg_dml.hooks import snapshot_watch
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
+    session = _RestSession(answer)
+    rest = RestLoadTable(
+        session=cast("Any", session),
+        url="http://rest/v1/namespaces/a/tables/b",
+        raise_error=lambda error: _handle_non_200_response(error, {404: NoSuchTableError}),
+        to_table=lambda response: pytest.fail("no table is loaded from an error"),
+    )
+    monkeypatch.setattr(
+        snapshot_watch,
+        "pointer_reader",
+        lambda catalog, name: snapshot_watch.RestPointerReader(catalog, name, rest),
+    )
+    monkeypatch.setattr(IcebergCatalogHook, "catalog", property(lambda hook: None))
+    return session
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        500,
+        502,
+        503,
+        504,
+        429,
+        requests.ConnectTimeout("connect timed out"),
+        requests.ReadTimeout("timed out"),
+    ],
+    ids=["500", "502", "503", "504", "429", "connect-timeout", "read-timeout"],
+)
+def test_a_catalog_answering_5xx_or_429_or_timing_out_keeps_the_sensor_waiting(monkeypatch, answer):
+    """docs/sensor.md: HTTP 5xx, 429 (too many requests) and a timeout are the catalog being unavailable
+    (501 aside: pyiceberg makes it a NotImplementedError, which fails the task)."""
+    session = _rest_catalog_answering(monkeypatch, answer)
+    with pytest.raises(CatalogUnavailableError, match=r"Catalog unavailable while reading 'a\.b'"):
+        SnapshotWatcher(lambda: cast("Any", None), "a.b", SnapshotFilter()).poll()
+    sensor = IcebergSnapshotSensor(
+        task_id="s", table="a.b", on_missing="fail", timeout=0.5, poke_interval=0.1
+    )
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute({})
+    assert session.requests >= 3  # the watcher's poll, then a poke after a poke until the timeout
+
+
+@pytest.mark.parametrize(("status", "error"), [(401, "UnauthorizedError"), (403, "ForbiddenError")])
+def test_a_refused_credential_fails_the_poke_and_leaves_it_to_the_tasks_retries(monkeypatch, status, error):
+    """docs/sensor.md: a 401/403 is not the catalog being down: the task fails at the first poke, with
+    pyiceberg's error (not AirflowFailException), so that Airflow retries it per ``retries``."""
+    from pyiceberg import exceptions
+
+    session = _rest_catalog_answering(monkeypatch, status)
+    sensor = IcebergSnapshotSensor(task_id="s", table="a.b", timeout=5, poke_interval=0.1)
+    with pytest.raises(getattr(exceptions, error)) as raised:
+        sensor.execute({})
+    assert not isinstance(raised.value, AirflowFailException)
+    assert session.requests == 1
 
 
 def test_mistyped_connection_fails_sensor_and_trigger_at_once(catalog_hook, capfd):

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, lock_folder, lock_path, table_turn
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from airflow_iceberg_dml.table_lock import (
+    LOCK_FOLDER_ENV,
+    lock_folder,
+    lock_path,
+    open_lock_file,
+    table_turn,
+    try_lock,
+)
 
 _HOLD = textwrap.dedent(
     """
@@ -53,6 +60,45 @@ def test_the_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
     assert lock_folder() == tmp_path / "locks"
     assert lock_path("uri", "a.b").parent == tmp_path / "locks"
+
+
+def test_by_default_the_folder_is_airflow_iceberg_dml_table_locks_in_the_temp_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(LOCK_FOLDER_ENV, raising=False)
+    folder = Path(tempfile.gettempdir()) / "airflow-iceberg-dml-table-locks"
+    assert lock_folder() == folder
+    assert lock_path("uri", "a.b").parent == folder
+
+
+def test_a_waiter_says_every_30_s_whom_it_waits_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reliability.md: the default interval of the waiting log line. The clock is a fake one that
+    each poll moves on by a second; the holder, this process through another open file, lets go at 75 s."""
+    from airflow_iceberg_dml import table_lock
+
+    path = lock_path("uri", "demo.orders", tmp_path)
+    holder = open_lock_file(path)
+    assert try_lock(holder.fileno())
+    holder.write("dag.first run-1\n")
+    holder.flush()
+    clock = [0.0]
+
+    def poll_wait(seconds: float) -> None:
+        clock[0] += 1
+        if clock[0] >= 75:
+            fcntl.flock(holder.fileno(), fcntl.LOCK_UN)
+
+    monkeypatch.setattr(table_lock, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=poll_wait))
+    said: list[tuple[float, str]] = []
+    log = SimpleNamespace(info=lambda text, *args: said.append((clock[0], text % args)))
+    try:
+        with table_turn(path, "dag.second run-1", log) as waited:
+            assert waited == 75
+    finally:
+        holder.close()
+    assert said == [
+        (at, f"Waiting {at:.0f} s for the turn on {path.name}, held by dag.first run-1.") for at in (30, 60)
+    ]
 
 
 def test_a_second_writer_waits_for_the_first_and_says_whom_it_waits_for(
