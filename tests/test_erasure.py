@@ -566,6 +566,54 @@ def test_a_protected_tag_that_holds_erased_rows_fails_the_purge_naming_it_and_ot
     assert keys_on_storage(load(catalog_hook, items).location(), "order_id", erased_orders()) == []
 
 
+def test_min_retention_keeps_young_snapshots_with_erased_rows_until_a_later_run_completes_the_purge(
+    spark, catalog_hook
+):
+    """docs/erasure.md, "What time travel loses": ``min_retention`` (default one hour) keeps the
+    snapshots running readers may still use; one that still holds erased rows is named by the
+    verification, and the purge is not clean. The purge's own rewrites are expired whatever their age.
+    A later run, once those snapshots are old enough (here: ``min_retention=0``), completes it."""
+    from datetime import timedelta
+
+    from airflow_iceberg_dml.erasure_report import remaining_places
+
+    orders, _ = create_tables(spark, "v2_unpartitioned")
+    target = {orders: "customer_id"}
+    erase = IcebergEraseOperator(task_id="erase", tables=target, subjects=SUBJECTS)
+    erased = run_spec(
+        spark, erase.build_spec(task_context(RunKey("d", "erase", "r")), {orders: load(catalog_hook, orders)})
+    )
+    assert erased.outcome is Outcome.COMMITTED
+    before = {snapshot.snapshot_id for snapshot in load(catalog_hook, orders).snapshots()}
+
+    def purge(run_id: str, **retention: timedelta) -> dict[str, Any]:
+        operator = IcebergEraseOperator(
+            task_id="purge",
+            mode="purge",
+            tables=target,
+            subjects=SUBJECTS,
+            purge_ahead=timedelta(days=365),
+            orphan_grace=timedelta(0),
+            **retention,
+        )
+        tables = {orders: load(catalog_hook, orders)}
+        record = run_spec(spark, operator.build_spec(task_context(RunKey("d", "purge", run_id)), tables))
+        return dict(record.details["tables"][orders])
+
+    young = purge("r1")  # min_retention left at its default
+    assert young["verification"]["clean"] is False
+    assert "referenced by snapshots kept by min_retention" in remaining_places({"tables": {orders: young}})
+    table = load(catalog_hook, orders)
+    # Every snapshot from before the purge is kept; of the purge's own commits only the head is left.
+    assert {snapshot.snapshot_id for snapshot in table.snapshots()} == before | {
+        table.current_snapshot().snapshot_id
+    }
+
+    done = purge("r2", min_retention=timedelta(0))
+    assert done["verification"]["clean"] is True
+    assert keys_on_storage(load(catalog_hook, orders).location(), "customer_id", set(SUBJECTS)) == []
+
+
 @pytest.mark.parametrize("variant", ["v3_partitioned", "v2_by_key"])
 def test_an_unprotected_branch_is_erased_and_purged_with_main(
     spark, catalog_hook, airflow_db, spark_default_over_connect, variant
