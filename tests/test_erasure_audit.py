@@ -235,6 +235,33 @@ def test_airflow_never_stores_the_subjects_rendered_or_serialized():
     assert "subjects_file" in rendered[0]  # the rendered fields were read, and hold the other inputs
 
 
+@pytest.mark.parametrize(
+    ("mode", "subjects"), [("erase", []), ("erase", "[]"), ("purge", [])], ids=["list", "json-text", "purge"]
+)
+def test_an_empty_subject_list_commits_nothing_and_starts_no_spark_job(
+    catalog_hook, tmp_path, monkeypatch, mode, subjects
+):
+    """docs/erasure.md, input: an empty list (or its JSON text, as a template renders it) is a no-op."""
+    name = _table(catalog_hook)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    # An engine that does not exist: an erasure that started a Spark job would fail to reach it.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", f"spark-connect://127.0.0.1:{free_port()}")
+    operator = IcebergEraseOperator(
+        task_id="erase",
+        mode=mode,
+        tables={name: "customer_id"},
+        subjects=subjects,
+        report_location=str(tmp_path / "reports"),
+    )
+
+    report = operator.execute(task_context(RunKey("d", "erase", "r")))
+
+    assert operator._engine is None  # no engine was even built
+    assert (report["status"], report["mode"], report["subjects"], report["tables"]) == ("noop", mode, 0, {})
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+    assert json.loads(Path(report["report_path"]).read_text())["status"] == "noop"
+
+
 # -- a purge with nothing due ------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from airflow_iceberg_dml.operators.maintenance import (
 from airflow_iceberg_dml.spec import (
     CompactionStrategy,
     ExpireSnapshotsCall,
+    JobRecord,
     MaintenanceProcedure,
     MaintenanceSpec,
     Outcome,
@@ -478,6 +479,81 @@ def test_dag_imports_and_wires_the_table_care_tasks():
     assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
     # Expiry runs after a compaction the health check skipped (docs/maintenance.md, the nightly DAG).
     assert dag.get_task("expire_snapshots").trigger_rule == "none_failed"
+
+
+# -- decided from the metadata, without Spark (pyiceberg tables; Spark's side is an engine that is not there)
+
+
+def _pyiceberg_table(catalog_hook, prefix: str, appends: int) -> str:
+    """An unpartitioned table with ``appends`` pyiceberg commits, a small data file each."""
+    import pyarrow as pa
+
+    name = new_table_name(prefix)
+    schema = pa.schema([("id", pa.int64())])
+    table = catalog_hook.catalog.create_table(name, schema)
+    for n in range(appends):
+        table.append(pa.table({"id": [n]}, schema=schema))
+    return name
+
+
+def test_an_expiry_with_nothing_to_expire_is_a_noop_decided_without_spark(catalog_hook, monkeypatch):
+    """docs/maintenance.md: the expirable snapshots are counted from the metadata before Spark; with none,
+    a no-op whose reason is "no snapshot of 7 is older than older_than beyond the last 10 (nothing to
+    expire)"."""
+    from tests.conftest import free_port, task_context
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", f"spark-connect://127.0.0.1:{free_port()}")
+    name = _pyiceberg_table(catalog_hook, "expiry_noop", appends=7)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    operator = IcebergExpireSnapshotsOperator(
+        task_id="expire", table=name, older_than="7d", retain_last=10, spark_conn_id="spark_nowhere"
+    )
+
+    result = operator.execute(task_context(RunKey("care", "expire", "manual__1")))
+
+    assert operator._engine is None
+    assert (result["noop"], result["procedures"], result["spark_app_id"]) == (True, [], None)
+    assert result["reason"] == (
+        "no snapshot of 7 is older than older_than beyond the last 10 (nothing to expire)"
+    )
+    assert result["snapshot_id"] == str(head)
+    assert len(load(catalog_hook, name).snapshots()) == 7
+
+
+def test_the_nightly_dag_skips_compacting_a_healthy_table_and_still_expires_and_removes_orphans(
+    catalog_hook, airflow_db, monkeypatch
+):
+    """docs/maintenance.md, the nightly DAG: on a healthy table the branch goes past ``compact`` (skipped),
+    and ``expire_snapshots`` and ``remove_orphan_files`` run. The orphan job's submit is replaced (no
+    Spark); the expiry finds nothing to expire."""
+    from dags.iceberg_table_care import dag
+    from tests.conftest import free_port, run_dag, task_states, xcom_result
+
+    healthy = _pyiceberg_table(catalog_hook, "care_healthy", appends=1)
+    small_files = _pyiceberg_table(catalog_hook, "care_small_files", appends=12)
+    branch = dag.get_task("health_check").python_callable
+    assert branch(params={"table": healthy}) == "expire_snapshots"
+    assert branch(params={"table": small_files}) == "compact"  # 12 small files: it reads the health
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", f"spark-connect://127.0.0.1:{free_port()}")
+    submitted: list[list[str]] = []
+
+    def submit(operator: Any, spec: Any, run: Any, store: Any) -> JobRecord:
+        submitted.append([call.procedure.value for call in spec.calls])
+        return JobRecord(Outcome.COMMITTED, details={"commits": []})
+
+    monkeypatch.setattr(IcebergRemoveOrphanFilesOperator, "_submit", submit)
+
+    dag_run = run_dag(dag, table=healthy)
+
+    assert task_states(dag_run) == {
+        "health_check": "success",
+        "compact": "skipped",
+        "expire_snapshots": "success",
+        "remove_orphan_files": "success",
+    }
+    assert xcom_result(dag_run, "expire_snapshots")["noop"] is True
+    assert submitted == [["remove_orphan_files"]]
 
 
 @pytest.mark.parametrize(

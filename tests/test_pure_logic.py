@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from airflow_iceberg_dml.exceptions import (
     error_from_record,
 )
 from airflow_iceberg_dml.hooks.spark_submit import (
+    IcebergSparkSubmitHook,
     SubmitOutputLog,
     _RoutedSparkSubmitHook,
     escape_property,
@@ -310,6 +312,56 @@ def test_spark_submit_command_carries_no_catalog_secret(tmp_path):
     assert "top-secret" not in command
     assert "s3cret" not in command
     assert "top-secret" in properties_path.read_text()
+
+
+def _handed_to_spark_submit(monkeypatch, tmp_path, deploy_mode: str) -> tuple[list[str], DmlSpec, str]:
+    """What the hook hands the provider's spark-submit for a ``yarn`` connection in ``deploy_mode``: the
+    command, the spec file it points to, and the properties file's text (the provider's submit is replaced:
+    nothing runs)."""
+    connection = {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": deploy_mode}}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(connection))
+    handed: list[tuple[list[str], DmlSpec, str]] = []
+
+    def submit(provider: _RoutedSparkSubmitHook, application: str, **kwargs: object) -> None:
+        command = provider._build_spark_submit_command(application)
+        shipped = command[command.index("--files") + 1] if "--files" in command else command[-1]
+        properties = Path(command[command.index("--properties-file") + 1]).read_text()
+        handed.append((command, DmlSpec.from_json(Path(shipped).read_text()), properties))
+
+    monkeypatch.setattr(_RoutedSparkSubmitHook, "submit", submit)
+    catalog = CatalogConfig.from_properties("c", embedded_properties(tmp_path))
+    spec = DmlSpec(
+        kind=JobKind.DELETE, catalog="c", table="db.t", where="TRUE", run_key=RunKey("d", "t", "r")
+    )
+    assert IcebergSparkSubmitHook("spark_yarn").submit(spec, catalog, name="iceberg-dml") is None
+    (only,) = handed
+    return only
+
+
+def test_in_cluster_mode_the_spec_goes_with_files_by_name_with_no_record_path_nor_driver_python(
+    monkeypatch, tmp_path
+):
+    """docs/clusters.md: cluster deploy mode ships the spec with ``--files`` and gives the job only its
+    file name; the spec has no ``result_path`` and no ``spark.pyspark.driver.python`` is set. Client
+    mode gives the spec's absolute path and sets the driver's Python to this interpreter (executors
+    keep the cluster's)."""
+    command, spec, properties = _handed_to_spark_submit(monkeypatch, tmp_path, "cluster")
+    shipped = Path(command[command.index("--files") + 1])
+    assert shipped.is_absolute()
+    assert shipped.name == "spec.json"
+    assert command[-1] == "spec.json"  # the job's one argument: the name the cluster copies it under
+    assert spec.result_path is None
+    assert "spark.pyspark.driver.python" not in properties
+    assert "spark.pyspark.python" not in properties
+
+    command, spec, properties = _handed_to_spark_submit(monkeypatch, tmp_path, "client")
+    assert "--files" not in command
+    spec_path = Path(command[-1])
+    assert spec_path.is_absolute()
+    assert spec_path.name == "spec.json"
+    assert spec.result_path == str(spec_path.parent / "result.json")
+    assert f"spark.pyspark.driver.python={escape_property(sys.executable)}\n" in properties
+    assert "spark.pyspark.python=" not in properties
 
 
 def test_log_routing_keeps_job_lines_and_problems_at_info():

@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
@@ -105,6 +106,22 @@ def append(catalog_hook: IcebergCatalogHook, name: str, batch: str, rows: int = 
 
 def head(catalog_hook: IcebergCatalogHook, name: str) -> int:
     return load(catalog_hook, name).current_snapshot().snapshot_id
+
+
+def pyiceberg_orders(catalog_hook: IcebergCatalogHook, prefix: str) -> str:
+    """An empty table with the orders columns, made by pyiceberg (no Spark): :func:`append` commits to it."""
+    schema = pa.schema(
+        [
+            ("order_id", pa.int64()),
+            ("customer_id", pa.int64()),
+            ("status", pa.string()),
+            ("amount", pa.float64()),
+            ("comment", pa.string()),
+        ]
+    )
+    name = new_table_name(prefix)
+    catalog_hook.catalog.create_table(name, schema)
+    return name
 
 
 def later(delay_s: float, action: Callable[[], Any]) -> threading.Thread:
@@ -364,6 +381,78 @@ def test_watch_mode_streams_new_matches_and_resumes_after_restart(catalog_hook, 
     events = asyncio.run(collect(watcher(), 1, 20))
     assert [event.payload["snapshot_id"] for event in events] == [str(commits[3])]
     assert asyncio.run(collect(watcher(), 1, 1.0)) == []
+
+
+@pytest.mark.parametrize("bound", ["newer_than_snapshot_id", "committed_after"])
+def test_a_watch_from_a_snapshot_or_an_instant_replays_the_history_and_saves_its_position_before_each_event(
+    catalog_hook, bound
+):
+    """docs/sensor.md, watch mode: with ``newer_than_snapshot_id`` or ``committed_after`` the commits already
+    made after it are reported, and the position is in the state store before an event is handed over."""
+    name = pyiceberg_orders(catalog_hook, "replay")
+    start = append(catalog_hook, name, "w")
+    commits = []
+    for batch in ("w", "x", "w"):  # all before the watcher starts
+        time.sleep(0.005)  # a later millisecond than ``start``'s: committed_after is strict
+        commits.append(append(catalog_hook, name, batch))
+    started_at = load(catalog_hook, name).snapshot_by_id(start).timestamp_ms
+    bounds = {
+        "newer_than_snapshot_id": start,
+        "committed_after": datetime.fromtimestamp(started_at / 1000, tz=UTC),
+    }
+    store = MemoryStateStore()
+    trigger = IcebergSnapshotTrigger(
+        table=name, summary={"batch": "w"}, poll_interval=0.1, **{bound: bounds[bound]}
+    )
+    trigger.asset_state_store = store
+    handed: list[tuple[str, Any]] = []
+
+    async def take_two() -> None:
+        async for event in trigger.run():
+            handed.append((event.payload["snapshot_id"], json.loads(json.dumps(store.values.get(STATE_KEY)))))
+            if len(handed) == 2:
+                return
+
+    asyncio.run(asyncio.wait_for(take_two(), 20))
+
+    assert [snapshot_id for snapshot_id, _ in handed] == [str(commits[0]), str(commits[2])]
+    for _, saved in handed:  # when each event arrived, its position was already stored, past both
+        assert saved is not None
+        assert (saved["head_snapshot_id"], saved["pending"]) == (commits[2], [])
+
+
+def test_a_trigger_watched_by_several_assets_keeps_no_position_and_restarts_from_the_current_head(
+    catalog_hook,
+):
+    """docs/sensor.md: several assets sharing one trigger give it Airflow's accessors of several assets,
+    whose ``aget`` raises the ValueError about "concrete inlets and outlets": the trigger watches without a
+    stored position, and after a restart reports only commits made after it."""
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time.context import AssetStateStoreAccessors
+
+    name = pyiceberg_orders(catalog_hook, "shared")
+    append(catalog_hook, name, "w")  # before the first start: not reported
+    # What the triggerer gives a trigger that two assets watch.
+    shared = AssetStateStoreAccessors(
+        inlets=[Asset(name=f"orders_{n}", uri=f"iceberg://iceberg_default/tests/orders_{n}") for n in (1, 2)]
+    )
+    with pytest.raises(ValueError, match="concrete inlets and outlets"):
+        asyncio.run(shared.aget(STATE_KEY))
+
+    def watcher() -> IcebergSnapshotTrigger:
+        trigger = IcebergSnapshotTrigger(table=name, summary={"batch": "w"}, poll_interval=0.1)
+        trigger.asset_state_store = shared
+        return trigger
+
+    commits: list[int] = []
+    later(1.0, lambda: commits.append(append(catalog_hook, name, "w")))
+    events = asyncio.run(collect(watcher(), 1, 20))
+    assert [event.payload["snapshot_id"] for event in events] == [str(commits[0])]
+
+    append(catalog_hook, name, "w")  # while the triggerer is down: after the restart, not reported
+    later(1.0, lambda: commits.append(append(catalog_hook, name, "w")))
+    events = asyncio.run(collect(watcher(), 1, 20))
+    assert [event.payload["snapshot_id"] for event in events] == [str(commits[1])]
 
 
 # ---- through Airflow's deferral machinery ----
@@ -660,6 +749,72 @@ def test_a_refused_credential_fails_the_poke_and_leaves_it_to_the_tasks_retries(
         sensor.execute({})
     assert not isinstance(raised.value, AirflowFailException)
     assert session.requests == 1
+
+
+class _RestSessionWithoutEtag(_RestSession):
+    """A REST catalog's HTTP session that answers every loadTable 200 with the table as the catalog holds
+    it now (its ``metadata-location`` and metadata), and no ETag header."""
+
+    def __init__(self, catalog_hook: IcebergCatalogHook, name: str) -> None:
+        super().__init__(200)
+        self.catalog_hook, self.name = catalog_hook, name
+        self.conditional = 0
+
+    def get(self, url: str, headers: Any = None, timeout: Any = None) -> Any:
+        response = super().get(url, headers, timeout)
+        self.conditional += "If-None-Match" in (headers or {})
+        table = load(self.catalog_hook, self.name)
+        body = {
+            "metadata-location": table.metadata_location,
+            "metadata": json.loads(table.metadata.model_dump_json()),
+            "config": {},
+        }
+        response._content = json.dumps(body).encode()
+        return response
+
+
+def test_a_rest_catalog_sending_no_etag_is_compared_by_metadata_location_and_an_unchanged_table_not_walked(
+    catalog_hook, monkeypatch
+):
+    """docs/sensor.md, what a poll costs: a server that sends no ETag answers each poll with the metadata;
+    the poll compares ``metadata-location`` and, unchanged, walks nothing (one loadTable a poll)."""
+    from airflow_iceberg_dml.compat import RestLoadTable
+    from airflow_iceberg_dml.hooks import snapshot_watch
+
+    name = pyiceberg_orders(catalog_hook, "rest_no_etag")
+    append(catalog_hook, name, "a")
+    session = _RestSessionWithoutEtag(catalog_hook, name)
+    built: list[str | None] = []
+
+    def to_table(response: Any) -> Table:
+        built.append(response.metadata_location)
+        return load(catalog_hook, name)
+
+    rest = RestLoadTable(
+        session=cast("Any", session),
+        url="http://rest/v1/namespaces/tests/tables/t",
+        raise_error=lambda error: pytest.fail(f"no error is answered: {error}"),
+        to_table=to_table,
+    )
+    monkeypatch.setattr(
+        snapshot_watch,
+        "pointer_reader",
+        lambda catalog, table_name: snapshot_watch.RestPointerReader(catalog, table_name, rest),
+    )
+    watcher = SnapshotWatcher(lambda: cast("Any", None), name, SnapshotFilter.build(summary={"batch": "b"}))
+    assert watcher.poll().walked == 1
+    assert cast("Any", watcher.reader).server_sends_etag is False
+    for _ in range(3):
+        unchanged = watcher.poll()
+        assert (unchanged.changed, unchanged.walked, unchanged.new_matches) == (False, 0, ())
+    assert (session.requests, session.conditional) == (4, 0)  # one plain loadTable a poll
+    assert len(built) == 1  # no table made from the unchanged answers
+
+    target = append(catalog_hook, name, "b")
+    moved = watcher.poll()
+    assert (moved.changed, moved.walked) == (True, 2)
+    assert [snapshot.snapshot_id for snapshot in moved.new_matches] == [target]
+    assert built[-1] == load(catalog_hook, name).metadata_location
 
 
 def test_mistyped_connection_fails_sensor_and_trigger_at_once(catalog_hook, capfd):

@@ -8,12 +8,23 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast
 
+import pyarrow as pa
 import pytest
 
+from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobRun
+from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
+from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
+from airflow_iceberg_dml.operators.maintenance import (
+    IcebergExpireSnapshotsOperator,
+    IcebergRemoveOrphanFilesOperator,
+)
+from airflow_iceberg_dml.spec import JobRecord, Outcome, RunKey
 from airflow_iceberg_dml.table_lock import (
     LOCK_FOLDER_ENV,
     lock_folder,
@@ -22,6 +33,7 @@ from airflow_iceberg_dml.table_lock import (
     table_turn,
     try_lock,
 )
+from tests.conftest import new_table_name, task_context
 
 _HOLD = textwrap.dedent(
     """
@@ -160,3 +172,60 @@ def test_a_waiter_told_it_needs_no_turn_stops_waiting_without_the_lock(tmp_path:
         holder.wait()
     with table_turn(path, "dag.next run-1", logging.getLogger("t"), give_up=lambda: True) as waited:
         assert waited is not None  # a free turn is taken: it is not waited for
+
+
+def _care(name: str) -> Any:
+    """The three maintenance operators, each made to run its procedures on a table they find healthy."""
+    return {
+        "compaction": IcebergCompactionOperator(task_id="care", table=name, force=True),
+        "expiry": IcebergExpireSnapshotsOperator(task_id="care", table=name, force=True),
+        "orphan-removal": IcebergRemoveOrphanFilesOperator(task_id="care", table=name),
+    }
+
+
+@pytest.mark.parametrize("kind", ["compaction", "expiry", "orphan-removal"])
+def test_compaction_expiry_and_orphan_removal_wait_while_a_delete_of_the_table_holds_its_turn(
+    catalog_hook: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """docs/maintenance.md: the maintenance operators take the table's turn (``one_writer_per_table``,
+    on by default) and wait while a DELETE of the same table holds it. The DELETE holds its own turn
+    (its operator's, in a thread of this process) for 1.5 s; the maintenance job's submit is replaced:
+    no Spark."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = new_table_name("turns")
+    schema = pa.schema([("id", pa.int64())])
+    catalog_hook.catalog.create_table(name, schema).append(pa.table({"id": [1, 2]}, schema=schema))
+    holding, released = threading.Event(), threading.Event()
+
+    def a_delete_holds_the_turn() -> None:
+        delete = IcebergDeleteOperator(task_id="delete", table=name, where="id = 1")
+        run = JobRun(task_context(RunKey("dag", "delete", "r1")), catalog_hook)
+        with delete._turn(run, cast("Any", None), offering=False):
+            holding.set()
+            time.sleep(1.5)
+            released.set()
+
+    delete = threading.Thread(target=a_delete_holds_the_turn, daemon=True)
+    delete.start()
+    assert holding.wait(30), "the DELETE did not take its turn"
+    lock_file = lock_path(catalog_hook.catalog_config.properties["uri"], name)
+    submitted: list[tuple[bool, str]] = []
+
+    def submit(operator: Any, spec: Any, run: Any, store: Any) -> JobRecord:
+        submitted.append((released.is_set(), lock_file.read_text()))
+        return JobRecord(Outcome.COMMITTED, details={"commits": []})
+
+    monkeypatch.setattr(BaseIcebergSparkJobOperator, "_submit", submit)
+    operator = _care(name)[kind]
+    assert operator.one_writer_per_table
+
+    started = time.monotonic()
+    result = operator.execute(task_context(RunKey("dag", "care", "r1")))
+    waited = time.monotonic() - started
+    delete.join()
+
+    (in_turn,) = submitted
+    assert in_turn[0], "the maintenance job was submitted while the DELETE held the turn"
+    assert in_turn[1].startswith("dag.care r1 ")  # the lock file names the maintenance task as holder
+    assert waited >= 1.0
+    assert result["noop"] is False
