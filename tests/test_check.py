@@ -250,17 +250,27 @@ BAD_INPUT = [
     (Check("c", CheckKind.SQL, query="DELETE FROM {table}"), InvalidCheckError, "query="),
 ]
 
+#: The bad input above that only the data shows (a value, a row count): the rest fails before any scan.
+FOUND_IN_THE_DATA = {"failed on the data", "more than one row", "no row", "None", "-1", "1.5"}
+
 
 @pytest.mark.parametrize(
     ("check", "error", "message"),
     BAD_INPUT,
     ids=[f"{c.kind.value}: {c.condition or c.query or ','.join(c.columns)}" for c, _, _ in BAD_INPUT],
 )
-def test_bad_checks_fail_naming_the_check(spark, catalog_hook, bad_table, check, error, message):
+def test_bad_checks_fail_naming_the_check(spark, catalog_hook, bad_table, check, error, message, monkeypatch):
     named = Check("ok", CheckKind.ROW_COUNT)
+    frame_class = type(spark.range(1))
+    collected: list[int] = []
+    original = frame_class.collect
+    monkeypatch.setattr(frame_class, "collect", lambda frame: collected.append(1) or original(frame))
     with pytest.raises(error, match="check 'c'") as raised:
         run_checks(spark, bad_table.name, (named, check), snapshot_id=bad_table.checked)
+    monkeypatch.undo()
     assert message in str(raised.value)
+    if message not in FOUND_IN_THE_DATA:  # docs/checks.md: every check is analysed before any data is read
+        assert len(collected) == 2  # the two metadata reads that resolve the snapshot, no scan for "ok"
     assert not raised.value.retryable
     assert head_id(catalog_hook, bad_table.name) == bad_table.head  # nothing committed
 

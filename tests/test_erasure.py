@@ -614,6 +614,45 @@ def test_min_retention_keeps_young_snapshots_with_erased_rows_until_a_later_run_
     assert keys_on_storage(load(catalog_hook, orders).location(), "customer_id", set(SUBJECTS)) == []
 
 
+def test_a_protected_branch_is_never_changed_and_the_purge_names_it(spark, catalog_hook):
+    """docs/erasure.md: a branch in ``protected_refs`` is neither erased nor rewritten; the purge's
+    verification names the erased rows it still holds, and main is erased and purged."""
+    from datetime import timedelta
+
+    orders, _ = create_tables(spark, "v2_unpartitioned")
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE BRANCH keep")
+    kept = load(catalog_hook, orders).refs()["keep"].snapshot_id
+    fields: dict[str, Any] = {
+        "tables": {orders: "customer_id"},
+        "subjects": SUBJECTS,
+        "protected_refs": ("keep",),
+    }
+    erase = IcebergEraseOperator(task_id="erase", **fields)
+    purge = IcebergEraseOperator(
+        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
+    )
+    records = [
+        run_spec(
+            spark,
+            operator.build_spec(
+                task_context(RunKey("d", operator.task_id, "r")), {orders: load(catalog_hook, orders)}
+            ),
+        )
+        for operator in (erase, purge)
+    ]
+
+    assert sorted(records[0].details["tables"][orders]["commits"]) == ["main"]
+    assert load(catalog_hook, orders).refs()["keep"].snapshot_id == kept
+    remaining = records[1].details["tables"][orders]["verification"]["remaining"]
+    assert remaining
+    assert all(item["refs"] == ["keep"] for item in remaining)
+    table = load(catalog_hook, orders)
+    main = table.scan(selected_fields=("order_id",)).to_arrow()["order_id"].to_pylist()
+    assert sorted(main) == sorted(set(range(1, ORDERS + 1)) - erased_orders())
+    keep = table.scan(snapshot_id=kept, selected_fields=("order_id",)).to_arrow()["order_id"].to_pylist()
+    assert sorted(keep) == list(range(1, ORDERS + 1))
+
+
 @pytest.mark.parametrize("variant", ["v3_partitioned", "v2_by_key"])
 def test_an_unprotected_branch_is_erased_and_purged_with_main(
     spark, catalog_hook, airflow_db, spark_default_over_connect, variant

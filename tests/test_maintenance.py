@@ -21,6 +21,7 @@ from airflow_iceberg_dml.exceptions import (
 )
 from airflow_iceberg_dml.jobs import maintenance as maintenance_job
 from airflow_iceberg_dml.jobs.maintenance import run_spec
+from airflow_iceberg_dml.jobs.runner import log_to
 from airflow_iceberg_dml.operators.compaction import IcebergCompactionOperator
 from airflow_iceberg_dml.operators.maintenance import (
     IcebergExpireSnapshotsOperator,
@@ -367,11 +368,16 @@ def test_expiry_removes_old_snapshots_and_only_files_no_kept_snapshot_needs(spar
         calls=(ExpireSnapshotsCall(older_than_ms=cutoff, retain_last=2, min_age_ms=0),),
     )
 
-    record = run_spec(spark, spec)
+    lines: list[str] = []
+    with log_to(lines.append):
+        record = run_spec(spark, spec)
 
     after = load(catalog_hook, name)
     kept = [s.snapshot_id for s in after.metadata.snapshots]
     assert record.outcome is Outcome.COMMITTED, record.error_message
+    # The equivalent CALL statement is in the task log and the record (docs/maintenance.md).
+    assert record.statement == procedures.call_statement(CATALOG, name, spec.calls[0])
+    assert record.statement.splitlines()[0] in lines
     # Kept: the last two of main and the tagged first snapshot; expired: the two in between.
     assert kept == [snapshots_before[0], *snapshots_before[-2:]]
     output = record.details["outputs"]["expire_snapshots"]
@@ -387,6 +393,25 @@ def test_expiry_removes_old_snapshots_and_only_files_no_kept_snapshot_needs(spar
     assert after.scan().to_arrow().sort_by("order_id").equals(rows_before)
     tagged = spark.sql(f"SELECT count(*) AS n FROM {CATALOG}.{name} VERSION AS OF 'first'").collect()[0].n
     assert tagged == 600
+
+
+def test_the_job_checks_the_expiry_floor_again_and_expires_nothing_below_it(spark, catalog_hook):
+    """docs/maintenance.md: the job checks the safety floor again when it runs (a spec written by hand,
+    or by an older operator, cannot go below it)."""
+    name = create_orders_table(spark, new_table_name("expire_floor"), rows=60)
+    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 10")
+    before = [s.snapshot_id for s in load(catalog_hook, name).metadata.snapshots]
+    spec = MaintenanceSpec(
+        catalog=CATALOG, table=name, calls=(ExpireSnapshotsCall(older_than_ms=int(time.time() * 1000)),)
+    )
+
+    record = run_spec(spark, spec)
+
+    assert record.outcome is Outcome.FAILED
+    assert record.error_type == "UnsafeRetentionError"
+    assert "less than 3 days ago" in (record.error_message or "")
+    assert record.retryable is False
+    assert [s.snapshot_id for s in load(catalog_hook, name).metadata.snapshots] == before
 
 
 def test_manifests_rewritten_when_asked_of_a_healthy_table_by_a_remote_driver(spark, catalog_hook):
