@@ -101,6 +101,32 @@ def test_a_lost_server_is_classified_and_reported_as_such():
     assert ENGINE_RESTARTED not in str(gone)
 
 
+def test_an_error_that_escapes_either_engine_becomes_a_retryable_package_error(monkeypatch):
+    """docs/engines.md, the engine contract: ``failure(error)`` is retryable, SparkConnectUnavailableError
+    when a Spark Connect engine was unreachable or lost (saying how to check it), else SparkJobError."""
+    from airflow_iceberg_dml.exceptions import SparkJobError
+    from airflow_iceberg_dml.hooks.spark_submit import IcebergSparkSubmitHook
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", "spark-connect://127.0.0.1:15002")
+    hook = IcebergSparkConnectHook(CONN_ID)
+
+    lost = hook.failure(_UnavailableError("failed to connect to all addresses"))
+    other = hook.failure(RuntimeError("boom"))
+    submitted = IcebergSparkSubmitHook().failure(RuntimeError("exit code 1"))
+
+    assert isinstance(lost, SparkConnectUnavailableError)
+    assert "127.0.0.1:15002" in str(lost)
+    assert "make engine-status" in str(lost)
+    assert (type(other), str(other)) == (
+        SparkJobError,
+        "The job failed on the Spark Connect server: RuntimeError: boom",
+    )
+    assert (type(submitted), str(submitted)) == (SparkJobError, "spark-submit failed: exit code 1")
+    assert lost.retryable
+    assert other.retryable
+    assert submitted.retryable
+
+
 def test_a_bare_grpc_error_is_reported_by_its_status_not_its_repr():
     """A gRPC error's text is a multi-line repr, as it is or in PySpark's exception: its status and
     details say what happened."""

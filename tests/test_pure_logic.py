@@ -294,6 +294,23 @@ def test_spark_submit_inherits_no_airflow_connection_variable_or_config():
     }
 
 
+def test_the_local_engine_server_inherits_no_airflow_connection_variable_or_config(tmp_path, monkeypatch):
+    """docs/clusters.md: the engine's server (or its supervisor) starts without Airflow's secrets too."""
+    from airflow_iceberg_dml import engine
+
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_DEFAULT", "iceberg://user:secret@host")
+    monkeypatch.setenv("AIRFLOW_VAR_TOKEN", "secret")
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "secret")
+    started: list[dict[str, str]] = []
+    monkeypatch.setattr(engine.subprocess, "Popen", lambda command, **kwargs: started.append(kwargs["env"]))
+
+    engine._spawn(["spark-submit"], tmp_path / "server.log", "127.0.0.1")
+
+    (environment,) = started
+    assert environment["PYSPARK_PYTHON"] == sys.executable
+    assert not [key for key in environment if key.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__"))]
+
+
 def test_spark_submit_command_carries_no_catalog_secret(tmp_path):
     config = CatalogConfig.from_properties(
         "lake",
