@@ -58,8 +58,8 @@ def table_metadata_json(spark: SparkSession, table_name: str, table: str, catalo
     driver from the table Spark loaded (``TableNotFoundError`` when it does not exist).
 
     Why internal: Iceberg's metadata tables (``<table>.refs``, ``<table>.snapshots``) and ``SHOW
-    TBLPROPERTIES`` give the same through public SQL, but each read is a Spark query, and the first in a
-    fresh spark-submit driver costs about a second (``tests/test_table_state.py`` compares the two).
+    TBLPROPERTIES`` give the same through public SQL (``tests/test_table_state.py`` compares them), but
+    each read is a Spark query in a fresh JVM (docs/benchmarks.md, the overhead section).
     """
     operations = java_table(spark, table_name, table, catalog).operations()
     parser = jvm(spark).org.apache.iceberg.TableMetadataParser
