@@ -185,14 +185,39 @@ def expression_problem(text: str) -> str | None:
     """Why a predicate or expression is refused before Spark sees it, or None.
 
     Comments can hide text from the person reviewing a rendered template, and a ``;`` starts a
-    second statement: neither has a place in one expression.
+    second statement: neither has a place in one expression. The statements put each text in
+    parentheses of their own (``AND (...)``, ``ON (...)``, ``SET c = (...)``): a ``)`` that closes
+    nothing, a ``(`` or a quote never closed would end them early and join the rest of the text to
+    the statement, so these are refused too.
     """
+    depth = 0
     for kind, piece in segments(text):
         if kind == "comment":
             return f"comments are not allowed (found {piece.strip()[:40]!r})"
-        if kind == "code" and ";" in piece:
+        if kind == "quoted" and (len(piece) < 2 or not _closed(piece)):
+            return f"the quote {piece[0]} of {piece[:40]!r} is never closed"
+        if kind != "code":
+            continue
+        if ";" in piece:
             return "';' is not allowed: give one expression, not statements"
+        for char in piece:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth < 0:
+                return "a ')' closes a parenthesis the text did not open: give one expression"
+    if depth > 0:
+        return "a '(' is never closed: give one expression"
     return None
+
+
+def _closed(quoted: str) -> bool:
+    """Whether a quoted piece of :func:`segments` ends with its own quote (not an escaped one)."""
+    quote, body = quoted[0], quoted[1:-1]
+    if quoted[-1] != quote:
+        return False
+    if quote == "`":
+        return True
+    backslashes = len(body) - len(body.rstrip("\\"))
+    return backslashes % 2 == 0
 
 
 def bind_parameters(text: str, parameters: Mapping[str, object]) -> str:

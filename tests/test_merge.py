@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sqlite3
 from dataclasses import replace
@@ -453,6 +454,56 @@ def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, query, on, 
     assert head_id(catalog_hook, target) == before
 
 
+def _clause(then: MergeAction, **fields: Any) -> dict[str, Any]:
+    return {"clauses": (MergeClause(MergeWhen.MATCHED, then, **fields),)}
+
+
+#: Texts that are not one expression, where a MERGE puts them. Before they were refused, Spark ran the
+#: first as the condition ``(s.op = 'D') OR (TRUE)``: its ``)`` closed the clause's parentheses.
+NOT_ONE_EXPRESSION = {
+    "condition-closes-early": (_clause(MergeAction.DELETE, condition="s.op = 'D') OR (TRUE"), "closes a"),
+    "on-closes-early": ({"on": "t.id = s.id) OR (TRUE"}, r"on=.* closes a parenthesis"),
+    "assignment-closes-early": (
+        _clause(MergeAction.UPDATE, assignments={"amount": "s.amount), status = ('Z'"}),
+        r"update: amount=.* closes a parenthesis",
+    ),
+    "malformed-on": ({"on": "t.id = = s.id"}, r"on='t.id = = s.id' is not one Spark SQL expression: \[PARSE"),
+    "malformed-condition": (
+        _clause(MergeAction.DELETE, condition="s.op = = 'D'"),
+        r"when matched and s.op = = 'D' then delete=.* is not one Spark SQL expression: \[PARSE",
+    ),
+    "malformed-assignment": (
+        _clause(MergeAction.UPDATE, assignments={"amount": "s.amount +"}),
+        r"when matched then update: amount='s.amount \+' is not one Spark SQL expression",
+    ),
+    "on-and-a-name": ({"on": "t.id = s.id x"}, r"on='t.id = s.id x' .* \(text follows the expression\)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("engine", "case"),
+    [
+        *[("classic", case) for case in NOT_ONE_EXPRESSION],
+        *[("connect", case) for case in ("condition-closes-early", "malformed-on", "malformed-condition")],
+    ],
+)
+def test_a_text_that_is_not_one_expression_is_named_and_commits_nothing(
+    spark, catalog_hook, request, engine, case
+):
+    from airflow_iceberg_dml.hooks.spark_connect import connect_session
+
+    fields, message = NOT_ONE_EXPRESSION[case]
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    with contextlib.ExitStack() as stack:
+        session = spark
+        if engine == "connect":
+            session = stack.enter_context(connect_session(request.getfixturevalue("connect_server").url))
+        with pytest.raises(InvalidExpressionError, match=message):
+            merge(session, target, MergeSource(query=f"SELECT * FROM {CATALOG}.{source}"), **fields)
+    assert head_id(catalog_hook, target) == before
+
+
 # -- slice overwrite -------------------------------------------------------------------------------------
 
 
@@ -682,6 +733,26 @@ def test_a_slice_overwrite_whose_rows_fall_outside_the_slice_commits_nothing(spa
             "2026-11-02",
             "SELECT CASE WHEN id < 2 THEN '2026-11-03' ELSE :ds END AS ds, id AS k, 1.0 AS v FROM range(4)",
         )
+    assert head_id(catalog_hook, name) == before
+
+
+@pytest.mark.parametrize(
+    ("slice_", "message"),
+    [
+        ("ds = :ds) OR (TRUE", r"overwrite='ds = :ds\) OR \(TRUE': a '\)' closes a parenthesis"),
+        ("ds = = :ds", r"overwrite='ds = = :ds' is not one Spark SQL expression: \[PARSE"),
+        ("ds = :ds x", r"overwrite='ds = :ds x' is not one .* \(text follows the expression\)"),
+    ],
+)
+def test_a_slice_that_is_not_one_expression_is_named_and_commits_nothing(
+    spark, catalog_hook, slice_, message
+):
+    name = make_daily(spark)
+    before = head_id(catalog_hook, name)
+    query = f"SELECT ds, k, v + 1 AS v FROM {CATALOG}.{name} WHERE ds = :ds"
+
+    with pytest.raises(InvalidExpressionError, match=message):
+        overwrite(spark, name, "2026-11-01", query, slice=slice_)
     assert head_id(catalog_hook, name) == before
 
 

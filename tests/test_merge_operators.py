@@ -7,11 +7,15 @@ import datetime as dt
 import re
 from collections import defaultdict
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_dml.demo import create_orders_table, tpch_tables
+from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
+from airflow_iceberg_dml.operators.overwrite import IcebergOverwriteOperator
 from tests.conftest import CATALOG, NAMESPACE, load, new_table_name, run_dag, task_states, xcom_result
 from tests.test_merge import (
     SOURCE_ROWS,
@@ -238,7 +242,6 @@ def test_merge_clauses_in_their_dict_form_and_their_sql():
 
 def test_merge_lineage_names_the_source_table_as_an_input(spark, catalog_hook):
     from airflow_iceberg_dml.operators.base import JobRun
-    from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
     from airflow_iceberg_dml.spec import RunKey
     from airflow_iceberg_dml.sql import table_identifier
     from tests.conftest import task_context
@@ -270,23 +273,21 @@ def test_merge_lineage_names_the_source_table_as_an_input(spark, catalog_hook):
     ]
 
 
-@pytest.mark.parametrize("operator", ["merge", "overwrite"])
-def test_a_missing_source_table_fails_before_spark_without_retries(
-    operator, spark, catalog_hook, monkeypatch
-):
-    from types import SimpleNamespace
-
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from airflow_iceberg_dml.exceptions import TableNotFoundError
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any Spark job a task would start fails the test: what it checks must be refused before."""
     from airflow_iceberg_dml.operators import base
-    from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
-    from airflow_iceberg_dml.operators.overwrite import IcebergOverwriteOperator
 
-    def no_engine(*args: Any, **kwargs: Any) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("an engine was asked to run a Spark job")
 
-    monkeypatch.setattr(base, "engine_for", no_engine)
+    monkeypatch.setattr(base, "engine_for", refuse)
+
+
+@pytest.mark.parametrize("operator", ["merge", "overwrite"])
+def test_a_missing_source_table_fails_before_spark_without_retries(operator, spark, catalog_hook, no_engine):
+    from airflow_iceberg_dml.exceptions import TableNotFoundError
+
     target, _ = make_tables(spark)
     before = head_id(catalog_hook, target)
     missing = "tests.no_such_source"
@@ -305,4 +306,36 @@ def test_a_missing_source_table_fails_before_spark_without_retries(
         task.execute({"ti": ti})
 
     assert isinstance(raised.value.__cause__, TableNotFoundError)
+    assert head_id(catalog_hook, target) == before
+
+
+@pytest.mark.parametrize(
+    ("operator", "error"),
+    [
+        ("merge-on", "InvalidExpressionError"),
+        ("merge-condition", "InvalidExpressionError"),
+        ("overwrite", "InvalidPredicateError"),
+    ],
+)
+def test_a_text_that_would_close_its_parentheses_early_fails_before_spark_without_retries(
+    operator, error, spark, catalog_hook, no_engine
+):
+    """The statement puts each text in parentheses: one that closes them early is refused at once."""
+    target, source = make_tables(spark)
+    before = head_id(catalog_hook, target)
+    early = "s.op = 'D') OR (TRUE"
+    if operator == "overwrite":
+        task: Any = IcebergOverwriteOperator(
+            task_id="bad", table=target, where="status = 'O') OR (TRUE", source_table=source
+        )
+    else:
+        on, condition = (early, None) if operator == "merge-on" else ("t.id = s.id", early)
+        clauses = [{"when": "matched", "then": "delete", "condition": condition}]
+        task = IcebergMergeOperator(task_id="bad", table=target, on=on, clauses=clauses, source_table=source)
+    ti = SimpleNamespace(dag_id="early", task_id="bad", run_id="manual__1", map_index=-1, try_number=1)
+
+    with pytest.raises(AirflowFailException, match="closes a parenthesis the text did not open") as raised:
+        task.execute({"ti": ti})
+
+    assert type(raised.value.__cause__).__name__ == error
     assert head_id(catalog_hook, target) == before

@@ -86,6 +86,32 @@ def test_bound_strings_cannot_break_out_of_their_literal():
     assert bound == "name = 'x\\' OR \\'1\\'=\\'1'"
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # The statements put each text in parentheses of their own: closing one early joins the rest.
+        ("s.op = 'D') OR (TRUE", "closes a parenthesis the text did not open"),
+        ("'x'), amount = (0", "closes a parenthesis the text did not open"),
+        ("(order_id = 1", "'(' is never closed"),
+        ("comment = 'x", "quote ' of \"'x\" is never closed"),
+        ("comment = 'x\\'", "is never closed"),  # the last quote is escaped: the string goes on
+        ("`order_id = 1", "quote ` of"),
+        ("order_id = 1; DROP TABLE x", "';' is not allowed"),
+        ("order_id = 1 -- x", "comments are not allowed"),
+        # Parentheses, quotes and escapes that close where they open are one expression's.
+        ("order_id IN (1, 2) AND (status = 'O' OR coalesce(x, (1)) = 1)", None),
+        ("comment = ')' OR `we)ird` = 1 OR name = 'it''s' OR c = 'a\\\\' OR d = 'b\\''", None),
+    ],
+)
+def test_a_text_is_refused_when_it_would_end_its_statement_parentheses_early(text, problem):
+    found = sql.expression_problem(text)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert problem in found
+
+
 def test_literal_rejects_unsupported_types():
     with pytest.raises(TypeError, match="dict"):
         sql.literal({"a": 1})

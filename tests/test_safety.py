@@ -60,6 +60,18 @@ def head(catalog_hook, name: str) -> int:
         ({"where": "order_id = 1 -- AND customer_id = 2"}, InvalidPredicateError, "comments are not allowed"),
         ({"where": "order_id = 1 /* hidden */ OR TRUE"}, InvalidPredicateError, "comments are not allowed"),
         ({"where": "order_id = 1; DELETE FROM x"}, InvalidPredicateError, "';' is not allowed"),
+        # A second statement with no ';' is left to Spark's parser, which reads one expression only.
+        ({"where": "TRUE DROP TABLE x"}, InvalidPredicateError, "PARSE_SYNTAX_ERROR"),
+        ({"where": "order_id = 1) OR (TRUE"}, InvalidPredicateError, "closes a parenthesis"),
+        (
+            {
+                "kind": JobKind.UPDATE,
+                "where": "order_id = 1",
+                "assignments": {"comment": "'x'), amount = (0"},
+            },
+            InvalidExpressionError,
+            "closes a parenthesis",
+        ),
         ({"where": "rand() < 0.5"}, InvalidPredicateError, "non-deterministic"),
         ({"where": "uuid() = comment"}, InvalidPredicateError, "non-deterministic"),
         (

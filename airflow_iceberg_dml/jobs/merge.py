@@ -325,7 +325,9 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         if self._validated:
             return
         self._validated = True
-        text = "\n".join(row[0] for row in self.spark.sql(sql.explain(self._statement())).collect())
+        with self._naming_input_errors(None):
+            plan = self.spark.sql(sql.explain(self._statement())).collect()
+        text = "\n".join(row[0] for row in plan)
         refused = merge_errors.planning_error(text)
         if refused is not None:
             raise merge_errors.analysis_error(self.spec.table, refused)
@@ -360,7 +362,21 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
                 raise merge_errors.duplicate_error(self.spec.table, self.spec.on, **found) from None
             if not is_input_error(error):
                 raise
+            if merge_errors.is_parse_error(error) and (
+                unparsable := merge_errors.unparsable(self.spark, self._texts())
+            ):
+                raise unparsable from None
             raise merge_errors.analysis_error(self.spec.table, error_message(error)) from None
+
+    def _texts(self) -> Iterator[tuple[str, str, str]]:
+        """The user's expressions in the statement: what each is, as given, as bound."""
+        yield "on", self.spec.on, self.on
+        for shown, bound in zip(self.shown_clauses, self.clauses, strict=True):
+            what = shown.describe()
+            if shown.condition and bound.condition:
+                yield what, shown.condition, bound.condition
+            for column, text in shown.assignments.items():
+                yield f"{what}: {column}", text, bound.assignments[column]
 
 
 def merge_job(spark: SparkSession, spec: MergeSpec) -> MergeJob:

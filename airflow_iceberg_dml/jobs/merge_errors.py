@@ -3,6 +3,8 @@ non-retryable errors, each naming what to change."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow_iceberg_dml.exceptions import (
     DuplicateSourceRowsError,
     IcebergDmlError,
@@ -10,6 +12,11 @@ from airflow_iceberg_dml.exceptions import (
     TableNotFoundError,
     UnknownColumnError,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from pyspark.sql import SparkSession
 
 #: Spark's plan text for a statement its analyser refused (``EXPLAIN`` reports instead of raising).
 PLANNING_ERROR = "Error occurred during query planning"
@@ -37,6 +44,40 @@ def analysis_error(table: str, message: str) -> IcebergDmlError:
             f"MERGE into {table!r}: a source column or value cannot be written to its target column: {first}"
         )
     return InvalidExpressionError(f"MERGE into {table!r}: {first}")
+
+
+def is_parse_error(error: Exception) -> bool:
+    from pyspark.errors import ParseException
+
+    return isinstance(error, ParseException)
+
+
+def unparsable(spark: SparkSession, texts: Iterable[tuple[str, str, str]]) -> InvalidExpressionError | None:
+    """The first of ``texts`` (what it is, as given, as bound) that Spark's parser does not read as one
+    expression, named; None when each one does (what failed to parse is elsewhere: the source query).
+
+    Asked only once a statement has failed to parse, to say which of the user's texts is at fault
+    rather than a line of the statement the job built: one request per text on Spark Connect.
+    """
+    from pyspark.errors import AnalysisException, ParseException
+
+    from airflow_iceberg_dml.jobs.runner import error_message, functions
+
+    expr = functions(spark).expr
+    for what, shown, bound in texts:
+        # Alone first, so that Spark's position is in the user's text; then in parentheses, as the
+        # statement has it, where a name after the expression (an alias alone) does not parse.
+        for text, after in [(bound, ""), (f"(\n{bound}\n)", " (text follows the expression)")]:
+            try:
+                spark.range(0).select(expr(text)).schema  # noqa: B018 - parsed (and analysed), never run
+            except ParseException as error:
+                problem = error_message(error).splitlines()[0]
+                return InvalidExpressionError(
+                    f"{what}={shown!r} is not one Spark SQL expression{after}: {problem}"
+                )
+            except AnalysisException:
+                continue  # it parsed: its columns are the MERGE's, not this probe's
+    return None
 
 
 def one_sided_on_error(on: str, side: str, target_alias: str, source_alias: str) -> InvalidExpressionError:

@@ -29,6 +29,8 @@ from airflow_iceberg_dml.jobs.runner import functions, log
 from airflow_iceberg_dml.spec import IsolationLevel, JobRecord, Outcome, Plan, SummaryKey
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.specs.merge import MergeSpec
@@ -74,6 +76,10 @@ class OverwriteJob(MergeJob):
 
     def _check_on_names_both_sides(self) -> None:
         """The job writes ``on`` itself."""
+
+    def _texts(self) -> Iterator[tuple[str, str, str]]:
+        """The user's one expression: the slice (the job writes ``on`` and the clauses)."""
+        yield "overwrite", self.spec.overwrite or "", self.predicate
 
     def _pairing(self, target: str | None = None) -> merge_sql.Pairing:
         assert self._pairings is not None
