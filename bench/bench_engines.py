@@ -21,7 +21,7 @@ What is measured, in one run:
    ``l_partkey = k``, DELETE and UPDATE alternating), first over the warm engine, then through
    spark-submit, each from the same base snapshot: total time and changes per minute. The server's
    resident memory (and its live heap after a full GC) after the first change and after the last.
-3. A small DELETE (0.01% of ``lineitem``, spread over every partition) and a small UPDATE of the
+3. A small DELETE (0.01% of ``lineitem``, spread over the partitions) and a small UPDATE of the
    same rows, at each scale factor: the three ways interleaved with their order rotated, each run
    from the tagged base snapshot, medians of ``--runs`` runs after one warm-up round per scale
    factor (before its DELETE); where each task's time goes (the phases, from call times and the
