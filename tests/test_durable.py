@@ -260,3 +260,52 @@ def test_durable_false_leaves_the_task_state_store_alone(tmp_path):
     assert operator._reattach(store_seen) is False
     assert folder.exists()
     assert SPARK_SUBMIT_STATE_KEY in store
+
+
+@pytest.mark.parametrize("earlier_job", ["committed", "killed"])
+def test_a_maintenance_retry_checks_the_health_again_after_the_job_its_earlier_try_left(
+    spark, catalog_hook, tmp_path, capfd, monkeypatch, connect_server, earlier_job
+):
+    """Try 2 of a compaction deals with the spark-submit try 1 stored, then reads the table's health again:
+    the rewrite that job committed leaves nothing to do, without a Spark job; a job killed before its
+    commit left the table as it was, and the retry compacts it itself."""
+    from airflow_iceberg_dml.jobs.maintenance import run_spec
+    from tests.test_compaction import MOR, compaction_spec
+
+    name = create_orders_table(spark, new_table_name(f"durable_compact_{earlier_job}"), properties=MOR)
+    spark.sql(f"DELETE FROM iceberg_default.{name} WHERE order_id % 100 = 1")  # a delete file on every file
+    assert catalog_hook.health(name).needs
+    rows = load(catalog_hook, name).scan().to_arrow().sort_by("order_id")
+    operator = IcebergCompactionOperator(task_id="compact", table=name)
+    record = None
+    if earlier_job == "committed":  # the job of try 1, as its spark-submit ran it after the worker died
+        record = run_spec(spark, compaction_spec(operator, catalog_hook, name))
+        assert record.outcome is Outcome.COMMITTED, record.error_message
+        # No Spark application from here on: the connection points at a master that does not exist.
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", "spark://192.0.2.1:7077")
+    else:  # the retry runs its own job, on the warm engine
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connect_server.connection_uri)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    folder = _job_folder(tmp_path, record)
+    store = _Store({SPARK_SUBMIT_STATE_KEY: _finished_process(folder).to_json()})
+    ti = SimpleNamespace(dag_id="care", task_id="compact", run_id="manual__1", map_index=-1, try_number=2)
+    capfd.readouterr()
+
+    result = operator.execute({"ti": ti, "task_state_store": store})  # type: ignore[arg-type]
+
+    output = "".join(capfd.readouterr())
+    assert not folder.exists()
+    assert store == {}
+    table = load(catalog_hook, name)
+    assert table.scan().to_arrow().sort_by("order_id") == rows  # the same rows either way
+    assert catalog_hook.health(table).healthy
+    if earlier_job == "committed":
+        assert "ended: committed" in output
+        assert result["noop"] is True
+        assert result["reason"].startswith("the table is healthy by the thresholds")
+        assert table.current_snapshot().snapshot_id == head
+    else:
+        assert "ended: committed" not in output
+        assert result["noop"] is False
+        assert result["procedures"][0] == "rewrite_data_files"
+        assert table.current_snapshot().snapshot_id != head

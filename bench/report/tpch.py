@@ -178,7 +178,8 @@ def reads_block(tpch: dict[str, Any]) -> str:
     each = format_percent(series["delete_fraction_each"])
     delete_time = format_seconds(median(series["delete_seconds"]))
     return (
-        f"Each DELETE removes {each} of `lineitem` (a distinct `l_partkey` range, its rows spread over the partitions), "
+        f"Each DELETE removes {each} of `lineitem` "
+        "(a distinct `l_partkey` range, its rows spread over the partitions), "
         f"through our job, merge-on-read; median DELETE time {delete_time}. "
         f"Then, each from the same pile of deletes, one `rewrite_data_files` ({compactions}).\n\n"
         + markdown_table(
