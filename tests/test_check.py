@@ -215,8 +215,8 @@ def test_the_scans_are_as_few_as_the_kinds_allow(spark, bad_table, monkeypatch):
 
     unique_or_sql = sum(1 for check in CHECKS if check.kind in (CheckKind.UNIQUE, CheckKind.SQL))
     assert unique_or_sql == 4
-    # Two metadata reads resolve the snapshot (refs, snapshots), then one scan for the six row checks.
-    assert len(collected) == 2 + 1 + unique_or_sql
+    # The snapshot is found in the table's metadata (no Spark job), then one scan for the six row checks.
+    assert len(collected) == 1 + unique_or_sql
 
 
 BAD_INPUT = [
@@ -270,7 +270,7 @@ def test_bad_checks_fail_naming_the_check(spark, catalog_hook, bad_table, check,
     monkeypatch.undo()
     assert message in str(raised.value)
     if message not in FOUND_IN_THE_DATA:  # docs/checks.md: every check is analysed before any data is read
-        assert len(collected) == 2  # the two metadata reads that resolve the snapshot, no scan for "ok"
+        assert collected == []  # the snapshot found in the table's metadata, no scan, not even for "ok"
     assert not raised.value.retryable
     assert head_id(catalog_hook, bad_table.name) == bad_table.head  # nothing committed
 

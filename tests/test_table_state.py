@@ -7,6 +7,7 @@ those, and their changes are checked against pyarrow over the table as it was, a
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -16,10 +17,11 @@ from pyiceberg.table.metadata import TableMetadataUtil
 from airflow_iceberg_dml.catalog_config import CatalogConfig
 from airflow_iceberg_dml.exceptions import BranchNotFoundError, TableNotFoundError
 from airflow_iceberg_dml.jobs import spark_internals
+from airflow_iceberg_dml.jobs.check import CheckJob
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.jobs.runner import log_to
 from airflow_iceberg_dml.jobs.table_state import MetadataView, TableState, metadata_through, worker_catalog
-from airflow_iceberg_dml.spec import JobKind, MergeSource, Outcome, RunKey
+from airflow_iceberg_dml.spec import Check, CheckKind, CheckSpec, JobKind, MergeSource, Outcome, RunKey
 from tests.conftest import CATALOG, create_orders_table, dml_spec, load, new_table_name
 from tests.test_merge import SOURCE_ROWS, TARGET_ROWS, make_tables, merge, reference, table_rows
 
@@ -246,3 +248,29 @@ def test_a_merge_in_the_worker_reads_its_tables_without_asking_spark(spark, cata
     assert [clause["rows"] for clause in record.details["clauses"]] == expected_counts
     assert table_rows(catalog_hook, target) == expected_rows
     assert record.details["source_snapshot_id"] == load(catalog_hook, source).current_snapshot().snapshot_id
+
+
+@pytest.mark.parametrize("reader", ["worker", "driver"])
+def test_a_check_reads_its_table_without_asking_spark_sql(spark, catalog_hook, statements, reader) -> None:
+    """A check in the worker (over Spark Connect) or in a classic driver finds its snapshot (here an
+    older one, by id) in the table's metadata, and counts it as pyarrow counts it."""
+    name = create_orders_table(spark, new_table_name("state_check"))
+    first = load(catalog_hook, name).current_snapshot().snapshot_id
+    spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE customer_id = 7")
+    checks = (
+        Check("amount", CheckKind.ROW_CONDITION, condition="amount >= 20"),
+        Check("rows", CheckKind.ROW_COUNT, min_rows=1),
+    )
+    spec = CheckSpec(catalog=CATALOG, table=name, checks=checks, snapshot_id=first)
+    statements.clear()
+
+    in_worker = reader == "worker"
+    with metadata_through(catalog_hook.catalog_config) if in_worker else contextlib.nullcontext():
+        record = CheckJob(spark, spec).run()
+
+    assert [statement for statement in statements if _reads_metadata(statement)] == []
+    rows = load(catalog_hook, name).scan(snapshot_id=first).to_arrow()
+    below = pc.sum(pc.fill_null(pc.less(rows["amount"], 20), True)).as_py()
+    assert record.details["snapshot_id"] == first
+    assert record.details["checks"]["amount"]["failing"] == below > 0
+    assert record.details["checks"]["rows"]["rows"] == rows.num_rows == 3000

@@ -35,7 +35,7 @@ from airflow_iceberg_dml.jobs.runner import (
     run_job,
     run_main,
 )
-from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.spec import CheckKind, CheckSpec, JobRecord, Outcome
 from airflow_iceberg_dml.specs.check import TABLE_PLACEHOLDER
 
@@ -93,7 +93,7 @@ class CheckJob:
         self.spec = spec
         self.app_id = application_id(spark)
         self.functions = functions(spark)
-        self.state = TableState(spark, spec.catalog, spec.table)
+        self.state = TableState(spark, spec.catalog, spec.table, worker_catalog(spec.catalog), in_driver=True)
         self.ref = spec.branch or "main"
         self.table_name = ".".join([spec.catalog, *sql.split_table_name(spec.table)])
         #: Each check's text with its parameters bound (condition, or query with the pinned table).

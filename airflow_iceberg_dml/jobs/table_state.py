@@ -2,7 +2,7 @@
 
 Through Spark SQL: Iceberg's metadata tables (``<table>.refs``, ``<table>.snapshots``) and ``SHOW
 TBLPROPERTIES`` are public SQL, the same calls in a classic Spark driver and over Spark Connect. Each
-costs the engine a Spark job. The DML and MERGE jobs read the table's metadata (one
+costs the engine a Spark job. The DML, MERGE and check jobs read the table's metadata (one
 :class:`MetadataView` per refresh) instead, wherever they can:
 
 - in the Airflow worker, as every job over Spark Connect runs, from the table's metadata file through
