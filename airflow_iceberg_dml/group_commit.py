@@ -176,7 +176,9 @@ def claim(
         if read is None:
             continue
         offer, member = read
-        same = offer["key"] == key and (mix is None or mix.fits(member))
+        # Mixing, a change of the claiming task's kind joins only when it could join by a mix key too:
+        # the group may become one MERGE (a change with a subquery has none: see group_keys.mix_key).
+        same = offer["key"] == key and (mix is None or (offer.get("mix") == mix.key and mix.fits(member)))
         if not same and (mix is None or not mix.takes(offer, member)):
             continue
         with suppress(FileNotFoundError):  # withdrawn meanwhile: its task stopped waiting

@@ -43,10 +43,12 @@ def group_key(spec: DmlSpec) -> str | None:
 
 def mix_key(spec: DmlSpec) -> str | None:
     """What a change must share with changes of the other kind (DELETE with UPDATE) to be applied with
-    them in one MERGE; None when it cannot be mixed (it cannot be grouped, or it sets an isolation level,
-    which is the table's per kind)."""
+    them in one MERGE; None when it cannot be mixed (it cannot be grouped, it sets an isolation level,
+    which is the table's per kind, or it has a subquery, which Spark refuses in a MERGE's conditions)."""
     shared = _shared(spec)
     if shared is None or spec.commit_policy.isolation_level is not None:
+        return None
+    if any(_has_subquery(text) for text in [bound_where(spec), *shared["assignments"].values()]):
         return None
     del shared["kind"], shared["assignments"]
     return json.dumps(shared, sort_keys=True, default=str)
@@ -122,6 +124,15 @@ def bound_assignments(spec: DmlSpec) -> dict[str, str]:
         column: sql.bind_parameters(expression, spec.parameters)
         for column, expression in spec.assignments.items()
     }
+
+
+def _has_subquery(text: str) -> bool:
+    """Whether ``text`` may hold a subquery: a SELECT, VALUES or TABLE outside quotes (never a false no)."""
+    return any(
+        re.search(r"(?<![\w$])(select|values|table)(?![\w$])", piece, re.IGNORECASE)
+        for kind, piece in sql.segments(text)
+        if kind == "code"
+    )
 
 
 def _mentions(text: str, column: str) -> bool:

@@ -33,7 +33,7 @@ from airflow_iceberg_dml.spec import (
     SummaryKey,
 )
 from airflow_iceberg_dml.table_lock import LOCK_FOLDER_ENV, lock_path
-from tests.conftest import create_orders_table, dml_spec, load, new_table_name, task_context
+from tests.conftest import CATALOG, create_orders_table, dml_spec, load, new_table_name, task_context
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -106,6 +106,10 @@ def test_an_update_claims_deletes_and_updates_of_its_set_not_a_delete_reading_wh
         _post(folder, _spec("ns.t", "amount > 10", _key("remove", 4))),  # reads what the UPDATEs set
         _post(folder, _update("ns.t", "day = 5", _key("restate", 5), assignments={"amount": "0"})),
         _post(folder, _spec("ns.t", "day = 6", _key("remove", 6)), mixable=False),  # its table view: no
+        # A subquery, which Spark refuses in a MERGE's condition (UNSUPPORTED_MERGE_CONDITION.SUBQUERY).
+        _post(folder, _spec("ns.t", "id IN (SELECT id FROM ns.quarantine)", _key("remove", 7))),
+        _post(folder, _spec("ns.t", "id IN (VALUES (1), (2))", _key("remove", 8))),
+        _post(folder, _update("ns.t", "id IN (TABLE ns.quarantine)", _key("restate", 9))),  # its kind too
     ]
     own = group_offer(_update("ns.t", "day = 1"), merge_on_read_merge=True)
     assert own is not None
@@ -113,7 +117,10 @@ def test_an_update_claims_deletes_and_updates_of_its_set_not_a_delete_reading_wh
     claimed = claim(folder, own.key, mixing=own)
 
     assert claimed == [_delete_member(2, "day = 2"), _update_member(3, "day = 3")]
-    assert [offer.claimed() for offer in offers] == [True, True, False, False, False]
+    assert [offer.claimed() for offer in offers] == [True, True, False, False, False, False, False, False]
+    # Quoted, the same words are no subquery: these mix.
+    quoted = _spec("ns.t", "note = 'select' AND `values` = 1", _key("remove", 10))
+    assert mix_key(quoted) is not None
     # Without a mix key (the claiming task's table is not merge-on-read for MERGE): its own kind only.
     for offer in offers:
         offer.withdraw()
@@ -349,6 +356,57 @@ def test_an_update_task_applies_a_waiting_delete_and_each_task_reports_its_own_r
     )
     after = load(catalog_hook, name)
     assert after.current_snapshot().parent_snapshot_id == before
+    assert _rows(after) == {
+        order: (c, amount * 2 if c == 7 else amount) for order, (c, amount) in rows.items() if c != 8
+    }
+
+
+def test_a_waiting_delete_with_a_subquery_commits_on_its_own_and_both_changes_apply(
+    spark, catalog_hook, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """Spark refuses a subquery in a MERGE's conditions: a DELETE of the orders a quarantine table lists is
+    not mixed with an UPDATE (the UPDATE's task commits alone, rather than failing on the MERGE), and
+    applies in its own turn."""
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_subquery"), rows=900, properties=MOR_MERGE)
+    quarantine = f"{CATALOG}.{new_table_name('quarantine')}"
+    spark.sql(
+        f"CREATE TABLE {quarantine} USING iceberg AS "
+        f"SELECT order_id FROM {CATALOG}.{name} WHERE customer_id = 8"
+    )
+    table = load(catalog_hook, name)
+    before, rows = table.current_snapshot().snapshot_id, _rows(table)
+    where = f"order_id IN (SELECT order_id FROM {quarantine})"
+    deleting = IcebergDeleteOperator(task_id="remove", table=name, where=where)
+    delete_key = _key("remove", 2)
+    assert isinstance(deleting.plan(JobRun(task_context(delete_key), catalog_hook), table), JobPlan)
+    delete_spec = deleting.build_spec(task_context(delete_key), table)
+    offered = deleting.group_offer(JobPlan(delete_spec, before))
+    assert offered is not None
+    assert offered.mix is None  # offered to DELETEs only
+    turn = Turn(queue_folder(lock_path(catalog_hook.catalog_config.properties["uri"], name)), offered)
+    assert turn.offer is not None
+    turn.offer.post(offered)
+    updating = IcebergUpdateOperator(task_id="restate", table=name, set=DOUBLE, where="customer_id = 7")
+    run = JobRun(task_context(LEADER), catalog_hook)
+    planned = updating.plan(run, table)
+    assert isinstance(planned, JobPlan)
+
+    result = updating._run(run, None, planned)
+
+    assert not turn.offer.claimed()
+    turn.offer.withdraw()
+    customer = {c: _count(rows, lambda o, k, c=c: k == c) for c in (7, 8)}
+    assert (result["rows_deleted"], result["rows_inserted"], result["group_size"]) == (
+        customer[7],
+        customer[7],
+        1,
+    )
+    delete_run = JobRun(task_context(delete_key), catalog_hook)
+    own = deleting._run(delete_run, None, deleting.plan(delete_run, load(catalog_hook, name)))
+    assert (own["rows_deleted"], own["rows_inserted"]) == (customer[8], 0)
+    after = load(catalog_hook, name)
+    assert after.snapshot_by_id(int(own["snapshot_id"])).parent_snapshot_id == int(result["snapshot_id"])
     assert _rows(after) == {
         order: (c, amount * 2 if c == 7 else amount) for order, (c, amount) in rows.items() if c != 8
     }
