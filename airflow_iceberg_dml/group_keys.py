@@ -127,9 +127,10 @@ def bound_assignments(spec: DmlSpec) -> dict[str, str]:
 
 
 def _has_subquery(text: str) -> bool:
-    """Whether ``text`` may hold a subquery: a SELECT, VALUES or TABLE outside quotes (never a false no)."""
+    """Whether ``text`` may hold a subquery: SELECT, VALUES, TABLE or FROM (a pipe query's start) outside
+    quotes. Never a false no; ``extract(year FROM d)`` is a false yes, which only keeps it from mixing."""
     return any(
-        re.search(r"(?<![\w$])(select|values|table)(?![\w$])", piece, re.IGNORECASE)
+        re.search(r"(?<![\w$])(select|values|table|from)(?![\w$])", piece, re.IGNORECASE)
         for kind, piece in sql.segments(text)
         if kind == "code"
     )
