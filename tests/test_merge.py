@@ -756,6 +756,25 @@ def test_a_slice_that_is_not_one_expression_is_named_and_commits_nothing(
     assert head_id(catalog_hook, name) == before
 
 
+@pytest.mark.parametrize("where", ["condition", "slice"])
+def test_a_subquery_in_a_condition_or_slice_is_refused_naming_spark_s_reason(spark, catalog_hook, where):
+    """Spark refuses a subquery in a MERGE's conditions; a slice is one of them (docs/merge.md)."""
+    refused = r"UNSUPPORTED_MERGE_CONDITION\.SUBQUERY"
+    if where == "condition":
+        target, source = make_tables(spark)
+        before = head_id(catalog_hook, target)
+        clause = MergeClause(MergeWhen.MATCHED, MergeAction.DELETE, condition="t.id IN (SELECT 1)")
+        with pytest.raises(InvalidExpressionError, match=refused):
+            merge(spark, target, MergeSource(query=f"SELECT * FROM {CATALOG}.{source}"), clauses=(clause,))
+    else:
+        target = make_daily(spark)
+        before = head_id(catalog_hook, target)
+        query = f"SELECT ds, k, v + 1 AS v FROM {CATALOG}.{target} WHERE ds = :ds"
+        with pytest.raises(InvalidExpressionError, match=refused):
+            overwrite(spark, target, "2026-11-01", query, slice="ds = :ds AND k IN (SELECT 1)")
+    assert head_id(catalog_hook, target) == before
+
+
 def test_update_star_and_insert_values_give_the_table_sqlite_computes(spark, catalog_hook):
     target, source = make_tables(spark, 3)
     clauses = (
