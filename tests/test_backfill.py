@@ -336,3 +336,15 @@ def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
             )
         after = catalog_hook.load_table(summary).scan().to_arrow().to_pylist()
         assert sorted(tuple(row.values()) for row in after) == want, f"backfill {attempt}"
+
+
+def test_the_postgres_extra_brings_what_these_deployments_run_on_and_the_readme_names_it():
+    """Airflow 3 on PostgreSQL needs psycopg2 and asyncpg: the ``postgres`` extra brings both, and the
+    suite's own deployments (above) run with the ``dev`` extra, which holds the same requirements."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {requirement.split(">")[0].split("=")[0] for requirement in extras["postgres"]}
+    assert names == {"psycopg2-binary", "asyncpg"}
+    assert set(extras["postgres"]) <= set(extras["dev"])
+    assert 'pip install "airflow-iceberg-dml[postgres]"' in (REPO / "README.md").read_text()
