@@ -756,6 +756,25 @@ def test_a_slice_that_is_not_one_expression_is_named_and_commits_nothing(
     assert head_id(catalog_hook, name) == before
 
 
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_slice_overwrite_from_an_empty_source_empties_the_slice_only(spark, catalog_hook, partitioned):
+    """docs/merge.md: an overwrite replaces the slice with what the source has, also when that is no row."""
+    name = make_daily(spark)
+    if partitioned:  # one file per day: the whole-files plan
+        spark.sql(f"ALTER TABLE {CATALOG}.{name} ADD PARTITION FIELD ds")
+        spark.sql(f"INSERT OVERWRITE {CATALOG}.{name} SELECT * FROM {CATALOG}.{name}")
+    others = [row for row in daily_rows(catalog_hook, name) if row[0] != "2026-11-02"]
+
+    record = overwrite(
+        spark, name, "2026-11-02", f"SELECT * FROM {CATALOG}.{name} WHERE ds = :ds AND k > 100"
+    )
+
+    assert record.outcome is Outcome.COMMITTED
+    assert record.plan is (Plan.OVERWRITE if partitioned else Plan.ROW_LEVEL)
+    assert [clause["rows"] for clause in record.details["clauses"]] == [0, 5]
+    assert daily_rows(catalog_hook, name) == others
+
+
 @pytest.mark.parametrize("where", ["condition", "slice"])
 def test_a_subquery_in_a_condition_or_slice_is_refused_naming_spark_s_reason(spark, catalog_hook, where):
     """Spark refuses a subquery in a MERGE's conditions; a slice is one of them (docs/merge.md)."""
