@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlparse
@@ -678,21 +679,78 @@ class _RestSession:
         return response
 
 
-def _rest_catalog_answering(monkeypatch: pytest.MonkeyPatch, answer: int | Exception) -> _RestSession:
-    """Every watcher reads the table's pointer through the REST reader, answered ``answer``: pyiceberg
-    turns the status into its own error, as for a real REST catalog (no server, no Spark)."""
-    from pyiceberg.catalog.rest.response import _handle_non_200_response
-    from pyiceberg.exceptions import NoSuchTableError
+class _RestStub(ThreadingHTTPServer):
+    """A REST catalog on loopback that answers its config, then every loadTable with one HTTP status and
+    an error body, as a catalog in trouble would."""
 
+    def __init__(self, status: int) -> None:
+        self.status, self.requests = status, 0
+        super().__init__(("127.0.0.1", 0), _RestStubAnswer)
+
+
+class _RestStubAnswer(BaseHTTPRequestHandler):
+    server: _RestStub
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/v1/config"):
+            status, body = 200, {"defaults": {}, "overrides": {}}
+        else:
+            self.server.requests += 1
+            status = self.server.status
+            body = {"error": {"message": "the stub's answer", "type": "StubError", "code": status}}
+        content = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+    def log_message(self, *args: Any) -> None:
+        """Quiet."""
+
+
+def _rest_catalog_answering(monkeypatch: pytest.MonkeyPatch, answer: int | Exception) -> Any:
+    """Every watcher reads the table's pointer from a REST catalog that answers ``answer``: an HTTP status
+    from a real server on loopback (the connection ``iceberg_default``, read by pyiceberg's own REST
+    catalog and the package's REST reader), or an exception from the catalog's HTTP session."""
+    if isinstance(answer, Exception):
+        return _rest_session_raising(monkeypatch, answer)
+    stub = _RestStub(answer)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    connection = {
+        "conn_type": "iceberg",
+        "host": f"http://127.0.0.1:{stub.server_port}",
+        "extra": {"type": "rest"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_DEFAULT", json.dumps(connection))
+    _stubs.append(stub)
+    return stub
+
+
+#: The REST stubs of the running test, stopped after it.
+_stubs: list[_RestStub] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_rest_stubs() -> Iterator[None]:
+    yield
+    while _stubs:
+        stub = _stubs.pop()
+        stub.shutdown()
+        stub.server_close()
+
+
+def _rest_session_raising(monkeypatch: pytest.MonkeyPatch, error: Exception) -> _RestSession:
+    """Every watcher's REST reader gets ``error`` from its HTTP session (a timeout: no server needed)."""
     from airflow_iceberg_dml.compat import RestLoadTable
     from airflow_iceberg_dml.hooks import snapshot_watch
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 
-    session = _RestSession(answer)
+    session = _RestSession(error)
     rest = RestLoadTable(
         session=cast("Any", session),
         url="http://rest/v1/namespaces/a/tables/b",
-        raise_error=lambda error: _handle_non_200_response(error, {404: NoSuchTableError}),
+        raise_error=lambda answer: pytest.fail(f"no HTTP answer comes: {answer}"),
         to_table=lambda response: pytest.fail("no table is loaded from an error"),
     )
     monkeypatch.setattr(
@@ -720,9 +778,11 @@ def _rest_catalog_answering(monkeypatch: pytest.MonkeyPatch, answer: int | Excep
 def test_a_catalog_answering_5xx_or_429_or_timing_out_keeps_the_sensor_waiting(monkeypatch, answer):
     """docs/sensor.md: HTTP 5xx, 429 (too many requests) and a timeout are the catalog being unavailable
     (501 aside: pyiceberg makes it a NotImplementedError, which fails the task)."""
+    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
+
     session = _rest_catalog_answering(monkeypatch, answer)
     with pytest.raises(CatalogUnavailableError, match=r"Catalog unavailable while reading 'a\.b'"):
-        SnapshotWatcher(lambda: cast("Any", None), "a.b", SnapshotFilter()).poll()
+        SnapshotWatcher(lambda: IcebergCatalogHook().catalog, "a.b", SnapshotFilter()).poll()
     sensor = IcebergSnapshotSensor(
         task_id="s", table="a.b", on_missing="fail", timeout=0.5, poke_interval=0.1
     )
