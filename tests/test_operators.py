@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg_dml.exceptions import (
+    InvalidExpressionError,
     InvalidPredicateError,
     SnapshotMismatchError,
     TableNotFoundError,
@@ -142,6 +144,13 @@ def _bad(**fields: Any) -> IcebergDeleteOperator | IcebergUpdateOperator:
         ({"where": "TRUE", "expected_snapshot_id": "1"}, SnapshotMismatchError, "expected snapshot 1"),
         ({"where": "TRUE", "expected_snapshot_id": "abc"}, ValueError, "abc"),
         ({"where": "TRUE", "table": "tests.no_such_table"}, TableNotFoundError, "no_such_table"),
+        # The spec goes to the job as JSON: a date used to fail spark-submit, retryably, "not JSON
+        # serializable"; it is named before Spark, with what to give instead.
+        (
+            {"where": "order_id < :cutoff", "parameters": {"cutoff": dt.date(2026, 1, 1)}},
+            InvalidExpressionError,
+            r"parameters\['cutoff'\]: a date is not a parameter value.*ISO text",
+        ),
     ],
 )
 def test_bad_input_fails_before_spark_without_retries(spark, catalog_hook, fields, error, message):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import stat
 import sys
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 
+import pendulum
 import pytest
 import structlog
 
@@ -525,3 +528,49 @@ def test_private_files_are_owner_only(tmp_path):
     path = Path(tmp_path) / "secret.properties"
     write_private(path, "x=1\n")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (dt.date(2026, 1, 1), "ISO text"),
+        (pendulum.datetime(2026, 1, 1, tz="UTC"), "ISO text"),
+        (Decimal("0.92"), "DECIMAL(p, s)"),
+        ({"nested": 1}, "a list of them."),
+        ([1, dt.date(2026, 1, 1)], "ISO text"),
+    ],
+    ids=["date", "pendulum", "decimal", "dict", "in-a-list"],
+)
+def test_a_parameter_the_job_cannot_bind_is_named_by_every_spec(value, hint):
+    """The spec reaches the job as JSON: a value of another type is refused where the spec is made (in the
+    operator, before Spark), naming the parameter, by DML, MERGE and check specs alike."""
+    from airflow_iceberg_dml.exceptions import InvalidCheckError, InvalidExpressionError
+    from airflow_iceberg_dml.spec import (
+        Check,
+        CheckKind,
+        CheckSpec,
+        MergeAction,
+        MergeClause,
+        MergeSource,
+        MergeSpec,
+        MergeWhen,
+    )
+
+    parameters = {"ok": ["a", 1, 2.5, True, None], "bad": value}
+    named = r"parameters\['bad'\]: a \w+ is not a parameter value"
+    with pytest.raises(InvalidExpressionError, match=named) as dml:
+        DmlSpec(kind=JobKind.DELETE, catalog="c", table="a.b", where="x = :bad", parameters=parameters)
+    assert hint in str(dml.value)
+    assert not dml.value.retryable
+    with pytest.raises(InvalidExpressionError, match=named):
+        MergeSpec(
+            catalog="c",
+            table="a.b",
+            source=MergeSource(table="a.s"),
+            on="t.id = s.id",
+            clauses=(MergeClause(MergeWhen.MATCHED, MergeAction.DELETE),),
+            parameters=parameters,
+        )
+    with pytest.raises(InvalidCheckError, match=named):
+        CheckSpec(catalog="c", table="a.b", checks=(Check("n", CheckKind.ROW_COUNT),), parameters=parameters)
+    assert DmlSpec(kind=JobKind.DELETE, catalog="c", table="a.b", where="TRUE", parameters={"ok": ["a", 1]})

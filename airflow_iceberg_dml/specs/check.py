@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import ClassVar
 
 from airflow_iceberg_dml.exceptions import InvalidCheckError
-from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, Parameter
+from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, Parameter, parameter_problem
 from airflow_iceberg_dml.sql import expression_problem
 
 #: What a ``sql`` check's query writes where the table pinned at the checked snapshot goes.
@@ -179,3 +179,6 @@ class CheckSpec(JsonSpec):
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise InvalidCheckError(f"Check names must be unique: {repeated} given more than once.")
+        problem = parameter_problem(self.parameters)
+        if problem:
+            raise InvalidCheckError(problem)

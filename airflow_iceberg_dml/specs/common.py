@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields
+from datetime import date
+from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
@@ -224,6 +226,30 @@ def applied_changes(summary: Mapping[str, str]) -> int:
 ScalarParameter = str | int | float | bool | None
 #: A parameter the jobs bind: a scalar, or a list of them (``column IN :values``).
 Parameter = ScalarParameter | list[ScalarParameter]
+
+
+def parameter_problem(parameters: Mapping[str, object]) -> str | None:
+    """Why ``parameters`` cannot be bound, or None: each value must be a :data:`Parameter` (the spec goes
+    to the job as JSON, where the value is bound as a literal of its type)."""
+    for name, value in parameters.items():
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item is None or isinstance(item, str | int | float | bool):
+                continue
+            hint = ""
+            if isinstance(item, date):  # datetime and pendulum's too
+                hint = (
+                    " (a date or time as its ISO text, as {{ ds }} renders, with CAST(:name AS DATE) or "
+                    "CAST(:name AS TIMESTAMP) where its type matters)"
+                )
+            elif isinstance(item, Decimal):
+                hint = (
+                    " (a Decimal as its text, with CAST(:name AS DECIMAL(p, s)): a float would lose digits)"
+                )
+            return (
+                f"parameters[{name!r}]: a {type(item).__name__} is not a parameter value; give a str, "
+                f"int, float, bool or None, or a list of them{hint}."
+            )
+    return None
 
 
 class JobSpec(Protocol):

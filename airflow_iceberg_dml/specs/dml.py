@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from airflow_iceberg_dml.exceptions import InvalidExpressionError
 from airflow_iceberg_dml.specs.common import (
     SPEC_VERSION,
     IsolationLevel,
@@ -14,6 +15,7 @@ from airflow_iceberg_dml.specs.common import (
     Parameter,
     RunKey,
     WriteMode,
+    parameter_problem,
 )
 
 
@@ -155,3 +157,8 @@ class DmlSpec(JsonSpec):
     audits: Audits = field(default_factory=Audits)
     group: tuple[GroupMember, ...] = ()
     version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        problem = parameter_problem(self.parameters)
+        if problem:
+            raise InvalidExpressionError(problem)

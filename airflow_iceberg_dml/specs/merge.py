@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
-from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, Parameter, RunKey, WriteMode
+from airflow_iceberg_dml.exceptions import InvalidExpressionError
+from airflow_iceberg_dml.specs.common import (
+    SPEC_VERSION,
+    JsonSpec,
+    Parameter,
+    RunKey,
+    WriteMode,
+    parameter_problem,
+)
 from airflow_iceberg_dml.specs.dml import Audits, CommitPolicy, Guards
 
 
@@ -155,6 +163,9 @@ class MergeSpec(JsonSpec):
     def __post_init__(self) -> None:
         if not self.clauses:
             raise ValueError("A merge needs at least one clause.")
+        problem = parameter_problem(self.parameters)
+        if problem:
+            raise InvalidExpressionError(problem)
         if not self.target_alias.isidentifier() or self.target_alias == self.source.alias:
             raise ValueError(
                 f"Target alias {self.target_alias!r} must be an identifier other than the source's."
