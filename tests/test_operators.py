@@ -151,6 +151,18 @@ def _bad(**fields: Any) -> IcebergDeleteOperator | IcebergUpdateOperator:
             InvalidExpressionError,
             r"parameters\['cutoff'\]: a date is not a parameter value.*ISO text",
         ),
+        ({"where": "order_id = :x", "parameters": "x=1"}, ValueError, "parameters must be a mapping"),
+        (
+            {"where": "TRUE", "snapshot_properties": {"batch": dt.date(2026, 1, 1)}},
+            ValueError,
+            r"snapshot_properties\['batch'\]: a snapshot summary maps text to text, not date",
+        ),
+        (
+            {"where": "TRUE", "snapshot_properties": "batch=1"},
+            ValueError,
+            "must be a mapping of text to text",
+        ),
+        ({"where": "TRUE", "audits": {"a": 5}}, ValueError, r"audits\['a'\] must be a SQL query"),
     ],
 )
 def test_bad_input_fails_before_spark_without_retries(spark, catalog_hook, fields, error, message):

@@ -574,3 +574,17 @@ def test_a_parameter_the_job_cannot_bind_is_named_by_every_spec(value, hint):
     with pytest.raises(InvalidCheckError, match=named):
         CheckSpec(catalog="c", table="a.b", checks=(Check("n", CheckKind.ROW_COUNT),), parameters=parameters)
     assert DmlSpec(kind=JobKind.DELETE, catalog="c", table="a.b", where="TRUE", parameters={"ok": ["a", 1]})
+
+
+def test_snapshot_properties_are_text_a_number_or_a_bool_written_as_its_text():
+    from airflow_iceberg_dml.operators.failures import summary_entries
+
+    assert summary_entries({"batch": "b-7", "n": 7, "rate": 0.5, "ok": True}) == {
+        "batch": "b-7",
+        "n": "7",
+        "rate": "0.5",
+        "ok": "true",
+    }
+    assert summary_entries(None) == {}
+    with pytest.raises(ValueError, match=r"snapshot_properties\['l'\]: .* not list"):
+        summary_entries({"l": [1]})

@@ -48,7 +48,7 @@ from airflow_iceberg_dml.exceptions import IcebergDmlError
 from airflow_iceberg_dml.group_commit import Offer, queue_folder, settle
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.engines import engine_for, known_engines
-from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task
+from airflow_iceberg_dml.operators.failures import bad_input_fails_the_task, summary_entries
 from airflow_iceberg_dml.spec import RunKey
 from airflow_iceberg_dml.sql import is_template, split_table_name
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path, table_turn
@@ -78,7 +78,7 @@ def run_key(context: Context) -> RunKey:
 
 def commit_properties(context: Context, own: Mapping[str, str] | None = None) -> dict[str, str]:
     """The summary entries of every commit the job makes: ``own``, then the run key and the try."""
-    return {**(own or {}), **run_key(context).summary_properties(context["ti"].try_number)}
+    return {**summary_entries(own), **run_key(context).summary_properties(context["ti"].try_number)}
 
 
 def table_asset_uri(catalog_conn_id: str, table: str) -> str:

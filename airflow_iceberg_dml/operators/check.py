@@ -26,6 +26,7 @@ from airflow_iceberg_dml.spec import (
     parse_snapshot_id,
     snapshot_id_text,
 )
+from airflow_iceberg_dml.specs.common import given_parameters
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -150,7 +151,7 @@ class IcebergCheckOperator(BaseIcebergSparkJobOperator[None, CheckResult]):
             checks=self._checks(),
             branch=self.branch or None,
             snapshot_id=parse_snapshot_id("snapshot_id", self.snapshot_id),
-            parameters=dict(self.parameter_values or {}),
+            parameters=given_parameters(self.parameter_values),
         )
 
     def _checks(self) -> tuple[Check, ...]:

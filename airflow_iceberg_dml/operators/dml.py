@@ -43,6 +43,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
+from airflow_iceberg_dml.specs.common import given_parameters
 from airflow_iceberg_dml.sql import is_template
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ class BaseIcebergDmlOperator(
             table=self.table,
             where=str(self.where),  # checked_assignments refused a missing one
             assignments=assignments,
-            parameters=dict(self.parameter_values or {}),
+            parameters=given_parameters(self.parameter_values),
             write_mode=WriteMode(self.write_mode),
             branch=self.branch,
             expected_snapshot_id=parse_snapshot_id("expected_snapshot_id", self.expected_snapshot_id),

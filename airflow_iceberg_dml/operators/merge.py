@@ -29,6 +29,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
+from airflow_iceberg_dml.specs.common import given_parameters
 from airflow_iceberg_dml.sql import expression_problem, select_all, split_table_name, table_identifier
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
     def common_fields(self, context: Context) -> dict[str, Any]:
         """The spec's fields every merge-planned change shares: parameters, ref, guards, policy."""
         return {
-            "parameters": dict(self.parameter_values or {}),
+            "parameters": given_parameters(self.parameter_values),
             "write_mode": WriteMode(self.write_mode),
             "branch": self.branch,
             "expected_snapshot_id": parse_snapshot_id("expected_snapshot_id", self.expected_snapshot_id),

@@ -4,16 +4,14 @@ and the one way they are written as JSON (:mod:`airflow_iceberg_dml.wire`). Stan
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import date
 from decimal import Decimal
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self
 
 from airflow_iceberg_dml import __version__, wire
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 PACKAGE_VERSION = __version__
 
@@ -226,6 +224,16 @@ def applied_changes(summary: Mapping[str, str]) -> int:
 ScalarParameter = str | int | float | bool | None
 #: A parameter the jobs bind: a scalar, or a list of them (``column IN :values``).
 Parameter = ScalarParameter | list[ScalarParameter]
+
+
+def given_parameters(value: object) -> dict[str, Any]:
+    """An operator's ``parameters`` as the spec takes them (a mapping of name to value; None: none), its
+    values checked by the spec (:func:`parameter_problem`)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"parameters must be a mapping of marker name to value, not {value!r}.")
+    return dict(value)
 
 
 def parameter_problem(parameters: Mapping[str, object]) -> str | None:

@@ -87,6 +87,13 @@ class Audits:
     queries: Mapping[str, str] = field(default_factory=dict)
     keep_failed_branch: bool = False
 
+    def __post_init__(self) -> None:
+        for name, query in self.queries.items():
+            if not isinstance(name, str) or not isinstance(query, str) or not query.strip():
+                raise ValueError(
+                    f"audits[{name!r}] must be a SQL query (text) returning one boolean, not {query!r}."
+                )
+
 
 @dataclass(frozen=True)
 class GroupMember:
