@@ -300,6 +300,38 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     assert options["delete-ratio-threshold"] == "0.005"
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # A template rendered natively to a number: it used to be taken for "no where", the whole table.
+        ({"where": 5}, "where must be a non-empty Spark SQL predicate"),
+        ({"options": "delete-file-threshold=1"}, "options must be a mapping of option name to value"),
+    ],
+)
+def test_compaction_input_of_the_wrong_shape_fails_before_spark_without_retries(
+    spark, catalog_hook, monkeypatch, fields, message
+):
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", "spark://192.0.2.1:7077")  # a Spark job would hang
+    name = create_orders_table(spark, new_table_name("shape"), properties=MOR)
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    operator = IcebergCompactionOperator(
+        task_id="compact", table=name, force=True, spark_conn_id="spark_nowhere", **fields
+    )
+    ti = SimpleNamespace(dag_id="care", task_id="compact", run_id="manual__1", map_index=-1, try_number=1)
+
+    with pytest.raises(AirflowFailException, match=message) as raised:
+        operator.execute({"ti": ti})
+
+    assert isinstance(raised.value.__cause__, InvalidMaintenanceOptionError)
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
 # -- compaction racing a DELETE -------------------------------------------------------------------------
 
 

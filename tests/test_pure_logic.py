@@ -588,3 +588,10 @@ def test_snapshot_properties_are_text_a_number_or_a_bool_written_as_its_text():
     assert summary_entries(None) == {}
     with pytest.raises(ValueError, match=r"snapshot_properties\['l'\]: .* not list"):
         summary_entries({"l": [1]})
+
+
+def test_erasure_tables_given_as_a_list_are_refused_when_the_dag_is_parsed():
+    from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+
+    with pytest.raises(ValueError, match=r"tables must map at least one table to its key column"):
+        IcebergEraseOperator(task_id="erase", tables=["db.customers"], subjects=[1])  # type: ignore[arg-type]

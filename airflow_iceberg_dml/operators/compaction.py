@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow_iceberg_dml import procedures
@@ -17,7 +18,7 @@ from airflow_iceberg_dml.spec import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from datetime import datetime
 
     from pyiceberg.table import Table
@@ -179,6 +180,10 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
 
     def _data_options(self, health: HealthReport) -> dict[str, Any]:
         """The explicit parameters as procedure options, on top of ``options``."""
+        if self.options is not None and not isinstance(self.options, Mapping):
+            raise InvalidMaintenanceOptionError(
+                f"options must be a mapping of option name to value, not {self.options!r}."
+            )
         options: dict[str, Any] = dict(self.options or {})
         thresholds = health.thresholds
         named = {
@@ -233,7 +238,9 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
             strategy=strategy,
             zorder=bool(order and order.zorder),
         )
-        where = self.where.strip() if isinstance(self.where, str) and self.where.strip() else None
+        # Blank: the whole table, as None. Not text (a template rendered natively to a number): refused by
+        # validate_call below, rather than taken for the whole table.
+        where = (self.where.strip() or None) if isinstance(self.where, str) else self.where
         calls: list[ProcedureCall] = []
         data_needed = MaintenanceProcedure.REWRITE_DATA_FILES in health.needs or self.force
         if data_needed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,8 +15,6 @@ from airflow_iceberg_dml.procedures import parse_age
 from airflow_iceberg_dml.spec import ErasureTarget
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.spec import ScalarParameter
@@ -37,8 +36,10 @@ class Through:
 
 def erasure_targets(tables: Mapping[str, str | Through]) -> tuple[ErasureTarget, ...]:
     """The spec's targets, the tables reached through another first (erased before that one is)."""
-    if not tables:
-        raise ValueError("tables must name at least one table and its key column.")
+    if not isinstance(tables, Mapping) or not tables:
+        raise ValueError(
+            f"tables must map at least one table to its key column (or a Through(...)), not {tables!r}."
+        )
     targets = []
     for table, key in tables.items():
         sql.split_table_name(table)
