@@ -576,18 +576,18 @@ def test_a_parameter_the_job_cannot_bind_is_named_by_every_spec(value, hint):
     assert DmlSpec(kind=JobKind.DELETE, catalog="c", table="a.b", where="TRUE", parameters={"ok": ["a", 1]})
 
 
-def test_snapshot_properties_are_text_a_number_or_a_bool_written_as_its_text():
+def test_snapshot_properties_are_text_an_integer_written_as_its_text():
+    """As the snapshot sensor's ``summary`` takes them, so that a sensor can wait for what a task wrote."""
     from airflow_iceberg_dml.operators.failures import summary_entries
+    from airflow_iceberg_dml.snapshot_filter import SnapshotFilter
 
-    assert summary_entries({"batch": "b-7", "n": 7, "rate": 0.5, "ok": True}) == {
-        "batch": "b-7",
-        "n": "7",
-        "rate": "0.5",
-        "ok": "true",
-    }
+    written = summary_entries({"batch": "b-7", "n": 7})
+    assert written == {"batch": "b-7", "n": "7"}
+    assert SnapshotFilter.build(summary={"batch": "b-7", "n": 7}).summary == written
     assert summary_entries(None) == {}
-    with pytest.raises(ValueError, match=r"snapshot_properties\['l'\]: .* not list"):
-        summary_entries({"l": [1]})
+    for value, kind in [([1], "list"), (0.5, "float"), (True, "bool")]:
+        with pytest.raises(ValueError, match=rf"snapshot_properties\['v'\]: .* not {kind}"):
+            summary_entries({"v": value})
 
 
 def test_erasure_tables_given_as_a_list_are_refused_when_the_dag_is_parsed():

@@ -30,18 +30,20 @@ def bad_input_fails_the_task() -> Iterator[None]:
 
 
 def summary_entries(own: object) -> dict[str, str]:
-    """``snapshot_properties`` as a snapshot summary takes them: text keys and text values (a number or a
-    bool is written as its text); anything else is a ``ValueError`` naming the entry."""
+    """``snapshot_properties`` as a snapshot summary takes them: text keys, text values (an integer is
+    written as its text, as the snapshot sensor's ``summary`` takes it); anything else is a ``ValueError``
+    naming the entry."""
     if own is None:
         return {}
     if not isinstance(own, Mapping):
         raise ValueError(f"snapshot_properties must be a mapping of text to text, not {own!r}.")
     entries: dict[str, str] = {}
     for key, value in own.items():
-        if not isinstance(key, str) or not isinstance(value, str | int | float):  # bool is an int
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, str | int):
             shown = type(value).__name__ if isinstance(key, str) else f"a key of type {type(key).__name__}"
             raise ValueError(
-                f"snapshot_properties[{key!r}]: a snapshot summary maps text to text, not {shown}."
+                f"snapshot_properties[{key!r}]: a snapshot summary maps text to text (an integer is "
+                f"written as its text), not {shown}."
             )
-        entries[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        entries[key] = str(value)
     return entries
