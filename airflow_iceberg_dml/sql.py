@@ -155,7 +155,8 @@ _IDENTIFIER_PART = _IDENTIFIER_START | frozenset("0123456789")
 
 
 def segments(text: str) -> Iterator[tuple[str, str]]:
-    """Split SQL text into ``("quoted" | "comment" | "code", text)`` pieces, in order."""
+    """Split SQL text into ``("quoted" | "unclosed" | "comment" | "code", text)`` pieces, in order
+    (``unclosed``: a quote the text never closes, to its end)."""
     i, n, code_start = 0, len(text), 0
     while i < n:
         char = text[i]
@@ -163,7 +164,7 @@ def segments(text: str) -> Iterator[tuple[str, str]]:
             end = i + 1
             while end < n and text[end] != char:
                 end += 2 if text[end] == "\\" and char != "`" else 1
-            kind, stop = "quoted", min(end + 1, n)
+            kind, stop = "quoted" if end < n else "unclosed", min(end + 1, n)
         elif text.startswith("--", i):
             end = text.find("\n", i)
             kind, stop = "comment", n if end == -1 else end
@@ -194,7 +195,7 @@ def expression_problem(text: str) -> str | None:
     for kind, piece in segments(text):
         if kind == "comment":
             return f"comments are not allowed (found {piece.strip()[:40]!r})"
-        if kind == "quoted" and (len(piece) < 2 or not _closed(piece)):
+        if kind == "unclosed":
             return f"the quote {piece[0]} of {piece[:40]!r} is never closed"
         if kind != "code":
             continue
@@ -207,17 +208,6 @@ def expression_problem(text: str) -> str | None:
     if depth > 0:
         return "a '(' is never closed: give one expression"
     return None
-
-
-def _closed(quoted: str) -> bool:
-    """Whether a quoted piece of :func:`segments` ends with its own quote (not an escaped one)."""
-    quote, body = quoted[0], quoted[1:-1]
-    if quoted[-1] != quote:
-        return False
-    if quote == "`":
-        return True
-    backslashes = len(body) - len(body.rstrip("\\"))
-    return backslashes % 2 == 0
 
 
 def bind_parameters(text: str, parameters: Mapping[str, object]) -> str:
