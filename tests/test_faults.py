@@ -172,7 +172,11 @@ def test_on_kill_stops_a_remote_driver_through_the_spark_provider(
         def wait(self) -> int:
             return 0
 
-    monkeypatch.setattr(subprocess, "Popen", Recorded)
+    # The provider module's name only: a module imported meanwhile keeps the real Popen.
+    from airflow.providers.apache.spark.hooks import spark_submit as provider_module
+
+    recording = SimpleNamespace(**{**vars(subprocess), "Popen": Recorded})
+    monkeypatch.setattr(provider_module, "subprocess", recording)
     provider = _RoutedSparkSubmitHook(default_master=None, conn_id="spark_remote")
     provider._process_spark_submit_log(iter([submit_output]))
     killed: list[str] = []

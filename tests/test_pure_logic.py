@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import stat
+import subprocess
 import sys
 import tempfile
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pendulum
 import pytest
@@ -331,7 +333,10 @@ def test_the_local_engine_server_inherits_no_airflow_connection_variable_or_conf
     monkeypatch.setenv("AIRFLOW_VAR_TOKEN", "secret")
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "secret")
     started: list[dict[str, str]] = []
-    monkeypatch.setattr(engine.subprocess, "Popen", lambda command, **kwargs: started.append(kwargs["env"]))
+    # The engine module's own name only: a module imported meanwhile (PySpark's gateway takes Popen
+    # when it is first imported) keeps the real one.
+    fake_popen = lambda command, **kwargs: started.append(kwargs["env"])  # noqa: E731
+    monkeypatch.setattr(engine, "subprocess", SimpleNamespace(**{**vars(subprocess), "Popen": fake_popen}))
 
     engine._spawn(["spark-submit"], tmp_path / "server.log", "127.0.0.1")
 
