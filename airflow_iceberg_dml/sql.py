@@ -210,6 +210,27 @@ def expression_problem(text: str) -> str | None:
     return None
 
 
+def unknown_column_problem(column: str, table: str, columns: Iterable[str]) -> str | None:
+    """Why ``column``, a key of ``set`` or of a MERGE clause's assignments, names no column of ``table``,
+    or None when it names one. A key is one whole column's name as it is: a name in backquotes or a
+    struct's field is named with what to give instead."""
+    known = {name.lower(): name for name in columns}
+    if column.lower() in known:
+        return None
+    problem = f"column {column!r} is not in table {table!r} (columns: {sorted(known.values())})"
+    unquoted = column[1:-1].lower() if len(column) > 1 and column[0] == column[-1] == "`" else None
+    struct, _, field = column.partition(".")
+    if unquoted in known:
+        return f"{problem}; give the name as it is, without backquotes: {known[unquoted]!r}"
+    if field and struct.lower() in known:
+        return (
+            f"{problem}; a key assigns a whole column, not a field of a struct: assign "
+            f"{known[struct.lower()]!r} a struct that keeps its other fields, "
+            f"named_struct('{field}', <new value>, '<other field>', {struct}.<other field>, ...)"
+        )
+    return problem
+
+
 def bind_parameters(text: str, parameters: Mapping[str, object]) -> str:
     """Replace named markers (``:name``) outside quotes and comments with literals.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
@@ -378,6 +379,41 @@ def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, fields, err
         run(spark, name, kind, **fields)
     assert raised.value.retryable is False
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
+def struct_table(spark: SparkSession, name: str) -> str:
+    """Two rows, each with a struct column ``address`` (city, zip)."""
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, address STRUCT<city: STRING, zip: STRING>) "
+        "USING iceberg TBLPROPERTIES ('format-version' = '2')"
+    )
+    spark.sql(
+        f"INSERT INTO {CATALOG}.{name} VALUES (1, named_struct('city', 'Paris', 'zip', '75001')), "
+        "(2, named_struct('city', 'Rome', 'zip', '00100'))"
+    )
+    return name
+
+
+def test_a_set_key_names_a_whole_column_and_a_struct_is_assigned_whole(spark, catalog_hook) -> None:
+    name = struct_table(spark, new_table_name("struct"))
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    for key, hint in [
+        ("address.city", "assign 'address' a struct that keeps its other fields, named_struct('city', "),
+        ("`order_id`", "without backquotes: 'order_id'"),
+    ]:
+        with pytest.raises(UnknownColumnError, match=re.escape(hint)) as raised:
+            run(spark, name, JobKind.UPDATE, where="order_id = 1", assignments={key: "'Lyon'"})
+        assert raised.value.retryable is False
+        assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+    # What the error says to do instead changes the one field and keeps the other.
+    struct = "named_struct('city', 'Lyon', 'zip', address.zip)"
+    run(spark, name, JobKind.UPDATE, where="order_id = 1", assignments={"address": struct})
+    rows = load(catalog_hook, name).scan().to_arrow().sort_by("order_id").to_pylist()
+    assert rows == [
+        {"order_id": 1, "address": {"city": "Lyon", "zip": "75001"}},
+        {"order_id": 2, "address": {"city": "Rome", "zip": "00100"}},
+    ]
 
 
 def test_unknown_table(spark) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -452,6 +453,33 @@ def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, query, on, 
     with pytest.raises(error, match=message):
         merge(spark, target, MergeSource(query=query.format(source=source)), **fields)
     assert head_id(catalog_hook, target) == before
+
+
+def test_an_assignment_to_a_struct_field_is_refused_before_spark_plans_and_says_what_to_give(
+    spark, catalog_hook
+):
+    from tests.test_dml_job import struct_table
+
+    name = struct_table(spark, new_table_name("merge_struct"))
+    before = head_id(catalog_hook, name)
+    source = MergeSource(query="SELECT 1 AS id, 'Lyon' AS city")
+
+    def upsert(assignments: dict[str, str]) -> Any:
+        clause = MergeClause(MergeWhen.MATCHED, MergeAction.UPDATE, assignments=assignments)
+        return merge(spark, name, source, on="t.order_id = s.id", clauses=(clause,))
+
+    hint = "when matched then update: column 'address.city' is not in table"
+    with pytest.raises(UnknownColumnError, match=re.escape(hint)) as raised:
+        upsert({"address.city": "s.city"})
+    assert "named_struct('city', <new value>, '<other field>', address.<other field>" in str(raised.value)
+    assert head_id(catalog_hook, name) == before
+
+    upsert({"address": "named_struct('city', s.city, 'zip', t.address.zip)"})
+    rows = load(catalog_hook, name).scan().to_arrow().sort_by("order_id").to_pylist()
+    assert rows == [
+        {"order_id": 1, "address": {"city": "Lyon", "zip": "75001"}},
+        {"order_id": 2, "address": {"city": "Rome", "zip": "00100"}},
+    ]
 
 
 def _clause(then: MergeAction, **fields: Any) -> dict[str, Any]:

@@ -244,7 +244,8 @@ def test_a_parameter_given_twice_is_refused_when_the_dag_is_parsed(fields):
         ({"max_rows_affected": -1}, "max_rows_affected=-1 must not be negative"),
         ({"conflict_retries": -1}, "conflict_retries=-1 must be >= 0"),
         ({"isolation_level": "strict"}, "'strict' is not a valid IsolationLevel"),
-        ({"set": {"nope": "1"}}, r"column\(s\) \['nope'\] not in table"),
+        ({"set": {"nope": "1"}}, r"set: column 'nope' is not in table 'sales.orders' \(columns: \["),
+        ({"set": {"`amount`": "1"}}, "give the name as it is, without backquotes: 'amount'"),
         ({"expected_snapshot_id": "abc"}, "is not a snapshot id"),
     ],
 )

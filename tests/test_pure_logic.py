@@ -117,6 +117,30 @@ def test_a_text_is_refused_when_it_would_end_its_statement_parentheses_early(tex
         assert problem in found
 
 
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        # A key names one whole column as it is; Spark's names are case-insensitive.
+        ("Amount", None),
+        ("a.b", None),  # a column whose own name has a dot
+        ("`amount`", "give the name as it is, without backquotes: 'amount'"),
+        ("address.city", "assign 'Address' a struct that keeps its other fields, named_struct('city', "),
+        # Nothing more to say when no column is near it.
+        ("nope", "column 'nope' is not in table 'sales.orders' (columns: ['Address', 'a.b', 'amount'])"),
+        ("`nope`", "column '`nope`' is not in table 'sales.orders' (columns: ['Address', 'a.b', 'amount'])"),
+        ("nope.city", "column 'nope.city' is not in table 'sales.orders' (columns: ['Address', 'a.b', "),
+    ],
+)
+def test_a_set_key_that_names_no_column_says_what_to_give_instead(key, problem):
+    found = sql.unknown_column_problem(key, "sales.orders", ["amount", "Address", "a.b"])
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert problem in found
+        assert (";" in found) == (key in ("`amount`", "address.city"))  # a hint only where one helps
+
+
 def test_literal_rejects_unsupported_types():
     with pytest.raises(TypeError, match="dict"):
         sql.literal({"a": 1})

@@ -61,12 +61,10 @@ class DmlValidation:
             if problem:
                 raise error(f"{what}: {problem}")
         self._parse(self.where, InvalidPredicateError, f"where={spec.where!r}")
-        columns = {column.lower() for column in self._columns()}
+        columns = self._columns()
         for column, expression in self.assignments.items():
-            if column.lower() not in columns:
-                raise UnknownColumnError(
-                    f"set: column {column!r} is not in table {spec.table!r} (columns: {sorted(columns)})."
-                )
+            if problem := sql.unknown_column_problem(column, spec.table, columns):
+                raise UnknownColumnError(f"set: {problem}.")
             self._parse(expression, InvalidExpressionError, f"set[{column!r}]={spec.assignments[column]!r}")
         self._analyse_at_once()
 

@@ -19,10 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import merge_sql, sql
 from airflow_iceberg_dml.conflicts import ConflictRetry
-from airflow_iceberg_dml.exceptions import (
-    IcebergDmlError,
-    InvalidExpressionError,
-)
+from airflow_iceberg_dml.exceptions import IcebergDmlError, InvalidExpressionError
 from airflow_iceberg_dml.jobs import merge_errors
 from airflow_iceberg_dml.jobs.dml_audit import WriteAuditPublish
 from airflow_iceberg_dml.jobs.dml_impact import check_guards
@@ -146,7 +143,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         )
 
     def _prepare(self) -> None:
-        """What a kind of merge plans once the source is pinned (a MERGE: nothing more)."""
+        """What a kind of merge plans once the source is pinned (a MERGE: its clauses' columns checked)."""
+        merge_errors.check_assigned_columns(self.spec.table, self.spec.clauses, self.state.columns(self.ref))
 
     def _pairing(self, target: str | None = None) -> merge_sql.Pairing:
         """The target (or ``target``: its rows at a snapshot, for the counts) paired with the source."""

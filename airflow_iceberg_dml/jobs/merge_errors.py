@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import (
     DuplicateSourceRowsError,
     IcebergDmlError,
@@ -14,9 +15,11 @@ from airflow_iceberg_dml.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from pyspark.sql import SparkSession
+
+    from airflow_iceberg_dml.specs.merge import MergeClause
 
 #: Spark's plan text for a statement its analyser refused (``EXPLAIN`` reports instead of raising).
 PLANNING_ERROR = "Error occurred during query planning"
@@ -44,6 +47,15 @@ def analysis_error(table: str, message: str) -> IcebergDmlError:
             f"MERGE into {table!r}: a source column or value cannot be written to its target column: {first}"
         )
     return InvalidExpressionError(f"MERGE into {table!r}: {first}")
+
+
+def check_assigned_columns(table: str, clauses: Iterable[MergeClause], columns: Sequence[str]) -> None:
+    """Refuse a clause whose assignments name a column the target ``table`` does not have (a name in
+    backquotes or a struct's field said so), before Spark plans the MERGE."""
+    for clause in clauses:
+        for column in clause.assignments:
+            if problem := sql.unknown_column_problem(column, table, columns):
+                raise UnknownColumnError(f"MERGE into {table!r}: {clause.describe()}: {problem}.")
 
 
 def is_parse_error(error: Exception) -> bool:

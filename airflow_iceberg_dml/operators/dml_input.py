@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_iceberg_dml.exceptions import InvalidExpressionError, InvalidPredicateError, UnknownColumnError
 from airflow_iceberg_dml.spec import Audits, CommitPolicy, Guards
-from airflow_iceberg_dml.sql import expression_problem
+from airflow_iceberg_dml.sql import expression_problem, unknown_column_problem
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -46,12 +46,10 @@ def checked_assignments(
         problem = expression_problem(expression)
         if problem:
             raise InvalidExpressionError(f"set[{column!r}]={expression!r}: {problem}")
-    columns = {field.name.lower() for field in table.schema().fields}
-    unknown = sorted(column for column in assignments if column.lower() not in columns)
-    if unknown:
-        raise UnknownColumnError(
-            f"set: column(s) {unknown} not in table {table_name!r} (columns: {sorted(columns)})."
-        )
+    columns = [field.name for field in table.schema().fields]
+    for column in assignments:
+        if problem := unknown_column_problem(column, table_name, columns):
+            raise UnknownColumnError(f"set: {problem}.")
     return assignments
 
 

@@ -85,7 +85,9 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
     :param clauses: The clauses in order, each a :class:`~airflow_iceberg_dml.spec.MergeClause` or a
         dict: ``when`` (``matched``, ``not matched``, ``not matched by source``), an optional
         ``condition``, ``then`` (``update`` with ``set``: column to expression; ``update *``;
-        ``delete``; ``insert`` with ``values``: column to expression; ``insert *``). (templated)
+        ``delete``; ``insert`` with ``values``: column to expression; ``insert *``). A column is a
+        top-level column of the target, named without backquotes (a struct is assigned whole, with
+        ``named_struct``). (templated)
     :param target_alias: The target's name in ``on`` and the clauses (``t``).
     :param source_alias: The source's name in ``on`` and the clauses (``s``).
 

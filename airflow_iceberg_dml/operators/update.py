@@ -20,7 +20,9 @@ class IcebergUpdateOperator(BaseIcebergDmlOperator):
     in one atomic overwrite, with no delete file, also when a partition column changes.
 
     :param set: Column name to Spark SQL expression, e.g. ``{"status": "'closed'",
-        "amount": "amount * :rate"}``. Expressions see the row's current values. (templated)
+        "amount": "amount * :rate"}``. Expressions see the row's current values. A key is one
+        top-level column's name, without backquotes; to change a field of a struct, assign the whole
+        struct: ``{"address": "named_struct('city', 'Lyon', 'zip', address.zip)"}``. (templated)
 
     Other parameters: see :class:`~airflow_iceberg_dml.operators.dml.BaseIcebergDmlOperator`.
     """
