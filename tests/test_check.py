@@ -298,6 +298,25 @@ def test_a_missing_table_branch_or_snapshot_is_named(spark, bad_table, fields, e
         raise record.error()
 
 
+def test_a_query_reads_the_checked_table_where_it_says_table_and_leaves_the_same_text_in_quotes(
+    spark, catalog_hook
+):
+    name = create_orders_table(spark, new_table_name("checks_marker"), rows=30, files_per_partition=1)
+    insert(spark, name, "(31, 1, 'O', 1.0, '{table}'), (32, 1, 'O', 1.0, '{table}s')")
+    query = "SELECT count(*) FROM {table} WHERE comment = '{table}' OR comment = :marker"
+    check = Check("marker_comments", CheckKind.SQL, query=query)
+    spec = CheckSpec(catalog=CATALOG, table=name, checks=(check,), parameters={"marker": "{table}s"})
+
+    record = CheckJob(spark, spec).run()
+
+    rows = rows_at(catalog_hook, name, record.details["snapshot_id"])
+    assert (
+        counts(record)["marker_comments"]["failing"]
+        == sum(1 for row in rows if row["comment"] in ("{table}", "{table}s"))
+        == 2
+    )
+
+
 def test_a_table_never_written_has_nothing_to_check(spark, catalog_hook):
     name = new_table_name("checks_unwritten")
     spark.sql(f"CREATE TABLE {CATALOG}.{name} (id BIGINT) USING iceberg")
@@ -379,6 +398,8 @@ def test_a_malformed_spec_payload_is_refused(change, message):
         ({"kind": "row_count", "max_rows": True}, "max_rows=True must be a whole number"),
         ({"kind": "row_count", "min_rows": 5, "max_rows": 4}, "min_rows=5 > max_rows=4"),
         ({"kind": "sql", "query": "SELECT count(*) FROM db.t"}, "must read the table as {table}"),
+        # In quotes it is text, not the table.
+        ({"kind": "sql", "query": "SELECT count(*) FROM db.t WHERE c = '{table}'"}, "must read the table as"),
         ({"kind": "sql", "query": "SELECT 1 FROM {table}", "columns": ["x"]}, "columns does not apply"),
         ({"kind": "sql", "sql": "SELECT 1"}, "unknown field(s) ['sql']"),
         ({"columns": ["x"]}, "kind is required"),

@@ -37,7 +37,7 @@ from airflow_iceberg_dml.jobs.runner import (
 )
 from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.spec import CheckKind, CheckSpec, JobRecord, Outcome
-from airflow_iceberg_dml.specs.check import TABLE_PLACEHOLDER
+from airflow_iceberg_dml.specs.check import with_table
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -161,7 +161,7 @@ class CheckJob:
             self._analyse_condition(check, source)
         elif check.kind is CheckKind.SQL:
             bound = self._bind(check, check.query or "")
-            self.texts[check.name] = bound.replace(TABLE_PLACEHOLDER, pinned)
+            self.texts[check.name] = with_table(bound, pinned)
             self._analyse_query(check)
 
     def _bind(self, check: Check, text: str) -> str:

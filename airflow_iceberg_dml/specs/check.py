@@ -9,10 +9,18 @@ from typing import ClassVar
 
 from airflow_iceberg_dml.exceptions import InvalidCheckError
 from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, Parameter, parameter_problem
-from airflow_iceberg_dml.sql import expression_problem
+from airflow_iceberg_dml.sql import expression_problem, segments
 
 #: What a ``sql`` check's query writes where the table pinned at the checked snapshot goes.
 TABLE_PLACEHOLDER = "{table}"
+
+
+def with_table(query: str, table: str) -> str:
+    """``query`` with each :data:`TABLE_PLACEHOLDER` outside quotes replaced by ``table``: a string
+    literal that holds the same text (the query's own, or a bound parameter's value) is left as it is."""
+    return "".join(
+        text.replace(TABLE_PLACEHOLDER, table) if kind == "code" else text for kind, text in segments(query)
+    )
 
 
 class CheckKind(StrEnum):
@@ -122,7 +130,7 @@ class Check:
             problem = expression_problem(text)
             if problem:
                 raise InvalidCheckError(f"{self.label}: {name}={text!r}: {problem}.")
-        if self.query is not None and TABLE_PLACEHOLDER not in self.query:
+        if self.query is not None and with_table(self.query, "") == self.query:
             raise InvalidCheckError(
                 f"{self.label}: the query must read the table as {TABLE_PLACEHOLDER}, so that it counts "
                 "the checked snapshot."
