@@ -225,11 +225,23 @@ def test_audits_are_rendered_on_every_operator_that_takes_them(make, as_object):
 
 
 @pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT count(*) = 0 FROM sales.orders WHERE amount < 0",
+        "SELECT count(*) = 0 FROM sales.orders WHERE comment = '{table}'",  # in quotes: text
+    ],
+)
+def test_an_audit_that_does_not_read_the_written_branch_is_refused(query):
+    with pytest.raises(ValueError, match=r"audits\['a'\] must read the table as \{table\}"):
+        Audits({"a": query})
+
+
+@pytest.mark.parametrize(
     "fields",
     [
         {"guards": Guards(max_rows_affected=1), "max_rows_affected": 2},
         {"commit_policy": CommitPolicy(), "exactly_once": False},
-        {"audits": Audits({"a": "SELECT TRUE"}), "keep_failed_branch": True},
+        {"audits": Audits({"a": "SELECT count(*) >= 0 FROM {table}"}), "keep_failed_branch": True},
     ],
 )
 def test_a_parameter_given_twice_is_refused_when_the_dag_is_parsed(fields):
@@ -628,7 +640,7 @@ def test_config_objects_round_trip_through_the_spec_json():
         commit_policy=CommitPolicy(
             exactly_once=False, conflict_retries=0, isolation_level=IsolationLevel.SNAPSHOT
         ),
-        audits=Audits({"a": "SELECT TRUE"}, keep_failed_branch=True),
+        audits=Audits({"a": "SELECT count(*) >= 0 FROM {table}"}, keep_failed_branch=True),
     )
     assert DmlSpec.from_json(spec.to_json()) == spec
     payload = json.loads(spec.to_json())
@@ -638,7 +650,10 @@ def test_config_objects_round_trip_through_the_spec_json():
         "conflict_retries": 0,
         "isolation_level": "snapshot",
     }
-    assert payload["audits"] == {"queries": {"a": "SELECT TRUE"}, "keep_failed_branch": True}
+    assert payload["audits"] == {
+        "queries": {"a": "SELECT count(*) >= 0 FROM {table}"},
+        "keep_failed_branch": True,
+    }
     assert payload["version"] == 2
 
 

@@ -163,6 +163,12 @@ def _bad(**fields: Any) -> IcebergDeleteOperator | IcebergUpdateOperator:
             "must be a mapping of text to text",
         ),
         ({"where": "TRUE", "audits": {"a": 5}}, ValueError, r"audits\['a'\] must be a SQL query"),
+        # An audit that reads main, not the branch the change was written to, would pass any change.
+        (
+            {"where": "TRUE", "audits": {"a": "SELECT count(*) > 0 FROM tests.other"}},
+            ValueError,
+            r"audits\['a'\] must read the table as \{table\} \(outside quotes\)",
+        ),
     ],
 )
 def test_bad_input_fails_before_spark_without_retries(spark, catalog_hook, fields, error, message):

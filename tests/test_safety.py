@@ -251,7 +251,7 @@ def test_broken_audit_query_is_a_failed_audit(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("wap_broken"), rows=30)
     before = head(catalog_hook, name)
     with pytest.raises(AuditFailedError, match="'typo' could not run"):
-        run(spark, name, where="order_id <= 3", audits=Audits({"typo": "SELEC 1"}))
+        run(spark, name, where="order_id <= 3", audits=Audits({"typo": "SELEC 1 FROM {table}"}))
     assert head(catalog_hook, name) == before
 
 

@@ -555,7 +555,12 @@ _PROMISES = [
     ("dry run", {"where": "customer_id = 3", "dry_run": True}, Outcome.DRY_RUN, 300),
     ("guard", {"where": "customer_id < 50", "guards": {"max_rows_affected": 5}}, "GuardExceededError", 300),
     ("no match", {"where": "customer_id = 1000"}, Outcome.NOOP, 300),
-    ("audit fails", {"where": "customer_id = 4", "audits": {"no": "SELECT false"}}, "AuditFailedError", 300),
+    (
+        "audit fails",
+        {"where": "customer_id = 4", "audits": {"no": "SELECT count(*) < 0 FROM {table}"}},
+        "AuditFailedError",
+        300,
+    ),
     ("audit passes", {"where": "customer_id = 5", "audits": _AUDIT_GONE}, Outcome.COMMITTED, 297),
     ("non-deterministic", {"where": "rand() < 0.5"}, "InvalidPredicateError", 300),
     ("unknown column", {"where": "nope = 1"}, "UnknownColumnError", 300),

@@ -60,7 +60,7 @@ FULL = [
         commit_policy=CommitPolicy(
             exactly_once=False, conflict_retries=5, isolation_level=IsolationLevel.SNAPSHOT
         ),
-        audits=Audits({"a": "SELECT true"}, keep_failed_branch=True),
+        audits=Audits({"a": "SELECT count(*) >= 0 FROM {table}"}, keep_failed_branch=True),
         group=(GroupMember(RunKey("dag", "task", "run-2", -1), "id = 2", JobKind.UPDATE, {"v": "1"}),),
         version=SPEC_VERSION,
     ),

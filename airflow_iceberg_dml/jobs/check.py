@@ -37,7 +37,7 @@ from airflow_iceberg_dml.jobs.runner import (
 )
 from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.spec import CheckKind, CheckSpec, JobRecord, Outcome
-from airflow_iceberg_dml.specs.check import with_table
+from airflow_iceberg_dml.specs.common import with_table
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

@@ -10,6 +10,7 @@ from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import AuditFailedError, ConcurrentCommitError, InvalidExpressionError
 from airflow_iceberg_dml.jobs.row_level import find_own_commit
 from airflow_iceberg_dml.jobs.runner import error_message, log
+from airflow_iceberg_dml.specs.common import with_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +71,7 @@ class WriteAuditPublish(Generic[SpecT]):
         failures = []
         for name, query in self.spec.audits.queries.items():
             try:
-                rows = self.spark.sql(query.replace("{table}", self._target(branch))).collect()
+                rows = self.spark.sql(with_table(query, self._target(branch))).collect()
             except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
                 failures.append(f"{name!r} could not run: {error_message(error).splitlines()[0]}")
                 continue

@@ -8,19 +8,15 @@ from enum import StrEnum
 from typing import ClassVar
 
 from airflow_iceberg_dml.exceptions import InvalidCheckError
-from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, Parameter, parameter_problem
-from airflow_iceberg_dml.sql import expression_problem, segments
-
-#: What a ``sql`` check's query writes where the table pinned at the checked snapshot goes.
-TABLE_PLACEHOLDER = "{table}"
-
-
-def with_table(query: str, table: str) -> str:
-    """``query`` with each :data:`TABLE_PLACEHOLDER` outside quotes replaced by ``table``: a string
-    literal that holds the same text (the query's own, or a bound parameter's value) is left as it is."""
-    return "".join(
-        text.replace(TABLE_PLACEHOLDER, table) if kind == "code" else text for kind, text in segments(query)
-    )
+from airflow_iceberg_dml.specs.common import (
+    SPEC_VERSION,
+    TABLE_PLACEHOLDER,
+    JsonSpec,
+    Parameter,
+    parameter_problem,
+    with_table,
+)
+from airflow_iceberg_dml.sql import expression_problem
 
 
 class CheckKind(StrEnum):

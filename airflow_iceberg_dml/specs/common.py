@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Protocol, Self
 
 from airflow_iceberg_dml import __version__, wire
+from airflow_iceberg_dml.sql import segments
 
 PACKAGE_VERSION = __version__
 
@@ -219,6 +220,19 @@ def applied_changes(summary: Mapping[str, str]) -> int:
     """How many changes a group commit applied (0 for any other commit): its entries with rows. The
     change of the job that made the commit is listed with none when it matched none."""
     return sum(1 for entry in group_entries(summary) if entry.get("rows"))
+
+
+#: What a ``sql`` check's or an audit's query writes where the table it reads goes (the snapshot a check
+#: counts, the branch an audit reads).
+TABLE_PLACEHOLDER = "{table}"
+
+
+def with_table(query: str, table: str) -> str:
+    """``query`` with each :data:`TABLE_PLACEHOLDER` outside quotes replaced by ``table``: a string
+    literal that holds the same text (the query's own, or a bound parameter's value) is left as it is."""
+    return "".join(
+        text.replace(TABLE_PLACEHOLDER, table) if kind == "code" else text for kind, text in segments(query)
+    )
 
 
 ScalarParameter = str | int | float | bool | None

@@ -9,6 +9,7 @@ from typing import ClassVar
 from airflow_iceberg_dml.exceptions import InvalidExpressionError
 from airflow_iceberg_dml.specs.common import (
     SPEC_VERSION,
+    TABLE_PLACEHOLDER,
     IsolationLevel,
     JobKind,
     JsonSpec,
@@ -16,6 +17,7 @@ from airflow_iceberg_dml.specs.common import (
     RunKey,
     WriteMode,
     parameter_problem,
+    with_table,
 )
 
 
@@ -92,6 +94,11 @@ class Audits:
             if not isinstance(name, str) or not isinstance(query, str) or not query.strip():
                 raise ValueError(
                     f"audits[{name!r}] must be a SQL query (text) returning one boolean, not {query!r}."
+                )
+            if with_table(query, "") == query:
+                raise ValueError(
+                    f"audits[{name!r}] must read the table as {TABLE_PLACEHOLDER} (outside quotes), so "
+                    f"that it audits the branch the change was written to, not main: {query!r}."
                 )
 
 
