@@ -290,24 +290,31 @@ def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None, int
     return [(summary.get(SummaryKey.TASK_ID), summary.get(SummaryKey.RUN_ID), None)]
 
 
+def _daily_summary(orders: Any, first: dt.date, last: dt.date) -> list[tuple[Any, ...]]:
+    """The overwrite DAG's summary of ``orders`` (a pyiceberg table) over the days, computed here."""
+    count: Counter[tuple[Any, ...]] = Counter()
+    revenue: dict[tuple[Any, ...], Decimal] = {}
+    for row in orders.scan().to_arrow().to_pylist():
+        if first <= row["o_orderdate"] <= last:
+            key = (row["o_orderdate"], row["o_orderpriority"])
+            count[key] += 1
+            revenue[key] = revenue.get(key, Decimal(0)) + row["o_totalprice"]
+    return sorted((*key, orders_of_key, revenue[key]) for key, orders_of_key in count.items())
+
+
 @pytest.mark.slow
-def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
+def test_a_backfill_of_the_overwrite_dag_run_again_after_a_correction_applies_it(
     airflow: AirflowDeployment, catalog_hook: Any
 ) -> None:
-    """Four days at ``--max-active-runs 4``, then the same days again (``--reprocess-behavior
-    completed``): each time the summary equals the one computed here from the orders with pyarrow."""
+    """Four days at ``--max-active-runs 4``; then one day's urgent orders are deleted from the orders
+    (a correction of the source), and the same days run again (``--reprocess-behavior completed``,
+    which clears the same runs: the same run keys). Each time the summary equals the one computed
+    here from the orders with pyarrow: the second backfill recomputed the days, it did not return
+    the first one's commits."""
     orders = f"{NAMESPACE}.overwrite_backfill_orders"
     summary = f"{NAMESPACE}.overwrite_backfill_summary"
     table = create_orders_table(catalog_hook.catalog, orders, "0.01")
     first, last = dt.date(1995, 3, 1), dt.date(1995, 3, 4)
-    expected: Counter[tuple[Any, ...]] = Counter()
-    revenue: dict[tuple[Any, ...], Decimal] = {}
-    for row in table.scan().to_arrow().to_pylist():
-        if first <= row["o_orderdate"] <= last:
-            key = (row["o_orderdate"], row["o_orderpriority"])
-            expected[key] += 1
-            revenue[key] = revenue.get(key, Decimal(0)) + row["o_totalprice"]
-    want = sorted((*key, count, revenue[key]) for key, count in expected.items())
     backfill = [
         "backfill", "create", "--dag-id", OVERWRITE_DAG_ID,
         "--from-date", first.isoformat(), "--to-date", last.isoformat(), "--max-active-runs", "4",
@@ -315,7 +322,12 @@ def test_a_backfill_of_the_overwrite_dag_run_twice_gives_the_same_table(
     ]  # fmt: skip
     airflow.wait_for_dag(OVERWRITE_DAG_ID)
 
+    corrected = (dt.date(1995, 3, 2), "1-URGENT")
     for attempt in (1, 2):
+        if attempt == 2:  # the correction: that day's urgent orders were never placed
+            table.delete("o_orderdate == '1995-03-02' AND o_orderpriority == '1-URGENT'")
+        want = _daily_summary(catalog_hook.load_table(orders), first, last)
+        assert (corrected in {row[:2] for row in want}) is (attempt == 1)
         airflow.run(*backfill, *(["--reprocess-behavior", "completed"] if attempt == 2 else []))
 
         def states(attempt: int = attempt) -> list[str]:

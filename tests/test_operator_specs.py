@@ -225,6 +225,21 @@ def test_audits_are_rendered_on_every_operator_that_takes_them(make, as_object):
 
 
 @pytest.mark.parametrize(
+    ("make", "fields", "exactly_once"),
+    [
+        (_update, {}, True),
+        (_merge, {}, True),
+        # A slice overwrite recomputes its slice on every try, unless asked to return its commit.
+        (_overwrite, {}, False),
+        (_overwrite, {"exactly_once": True}, True),
+        (_overwrite, {"commit_policy": CommitPolicy(conflict_retries=5)}, True),
+    ],
+)
+def test_exactly_once_is_on_by_default_except_for_a_slice_overwrite(make, fields, exactly_once):
+    assert make(**fields).build_spec(CONTEXT, TABLE).commit_policy.exactly_once is exactly_once
+
+
+@pytest.mark.parametrize(
     "query",
     [
         "SELECT count(*) = 0 FROM sales.orders WHERE amount < 0",

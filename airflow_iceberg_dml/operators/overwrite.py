@@ -24,8 +24,12 @@ class IcebergOverwriteOperator(IcebergMergeOperator):
     in one atomic commit: the backfill of a day, re-runnable.
 
     Running it again for the same slice gives the same table: the slice's rows are deleted and the
-    new rows inserted together, whatever an earlier run left. A retry of a try that committed
-    commits nothing more (run key). Before writing, the job checks that every new row satisfies
+    new rows inserted together, whatever an earlier run left. So every try recomputes the slice from
+    the source as it is then (``exactly_once`` is False by default here): a run cleared or reprocessed
+    after the source was corrected (``airflow backfill create --reprocess-behavior completed`` keeps
+    the runs' ids) applies the correction instead of returning its earlier commit. Give
+    ``exactly_once=True`` to return that commit instead. Before writing, the job checks that every new
+    row satisfies
     ``where``: a row outside the slice fails the task
     (:class:`~airflow_iceberg_dml.exceptions.SliceViolationError`), so an overwrite can never add
     rows that a re-run of its slice would not replace, nor change a row outside it. The source must
@@ -70,10 +74,12 @@ class IcebergOverwriteOperator(IcebergMergeOperator):
     }
     application_name_prefix: ClassVar[str] = "iceberg-overwrite"
 
-    def __init__(self, *, where: str, **kwargs: Any) -> None:
+    def __init__(self, *, where: str, exactly_once: bool | None = None, **kwargs: Any) -> None:
         # The job plans the MERGE itself from the table's columns and the slice (jobs/merge.py).
         inserts = [MergeClause(MergeWhen.NOT_MATCHED, MergeAction.INSERT_ALL)]
-        super().__init__(on="FALSE", clauses=inserts, where=where, **kwargs)
+        if exactly_once is None and kwargs.get("commit_policy") is None:
+            exactly_once = False  # applied again, a slice gives the same table; returned, an outdated one
+        super().__init__(on="FALSE", clauses=inserts, where=where, exactly_once=exactly_once, **kwargs)
 
     def change_name(self) -> str:
         return "OVERWRITE"
