@@ -97,6 +97,24 @@ def ours(
     return [snapshot for snapshot in snapshots if marks.carried_by(summary_of(snapshot))]
 
 
+def moved_only_by(
+    walk: Iterable[Snapshot],
+    parent_id: Callable[[Snapshot], int | None],
+    summary_of: Callable[[Snapshot], Mapping[str, str]],
+    pinned: int,
+    marks: CommitMarks,
+) -> bool:
+    """Whether the history of a head (``walk``: the head and its ancestors, newest first) reaches the
+    ``pinned`` snapshot through commits that all carry ``marks``: a run's earlier tries. Then nothing
+    but that run has changed the table since the snapshot it was pinned to."""
+    for snapshot in walk:
+        if not marks.carried_by(summary_of(snapshot)):
+            return False
+        if parent_id(snapshot) == pinned:
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class SnapshotRow:
     """One snapshot as the job side reads it from Iceberg's ``snapshots`` metadata table."""

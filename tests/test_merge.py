@@ -25,6 +25,7 @@ from airflow_iceberg_dml.jobs.merge import MergeJob, merge_job
 from airflow_iceberg_dml.jobs.runner import log_to
 from airflow_iceberg_dml.spec import (
     Audits,
+    CommitPolicy,
     Guards,
     MergeAction,
     MergeClause,
@@ -580,6 +581,28 @@ def test_a_slice_overwrite_replaces_exactly_its_slice_and_is_idempotent(spark, c
     assert daily_rows(catalog_hook, name) == expected
     assert [clause["rows"] for clause in first.details["clauses"]] == [3, 5]
     assert [clause["rows"] for clause in second.details["clauses"]] == [3, 3]
+
+
+def test_a_pinned_overwrite_tried_again_recomputes_on_its_own_commit(spark, catalog_hook):
+    """A slice overwrite does not return its earlier commit by default: pinned to the head it planned
+    on, a second try of the same run key recomputes the slice on top of the first try's commit."""
+    name = make_daily(spark)
+    pinned = head_id(catalog_hook, name)
+    recompute = "SELECT :ds AS ds, id AS k, id * 100.0 AS v FROM range(3)"
+    tries = {
+        "expected_snapshot_id": pinned,
+        "run_key": RUN_KEY,
+        "snapshot_properties": RUN_KEY.summary_properties(try_number=1),
+        "commit_policy": CommitPolicy(exactly_once=False),
+    }
+    first = overwrite(spark, name, "2026-11-02", recompute, **tries)
+    second = overwrite(spark, name, "2026-11-02", recompute, **tries)
+
+    assert first.outcome is second.outcome is Outcome.COMMITTED
+    assert load(catalog_hook, name).snapshot_by_id(second.snapshot_id).parent_snapshot_id == first.snapshot_id
+    assert [row for row in daily_rows(catalog_hook, name) if row[0] == "2026-11-02"] == [
+        ("2026-11-02", k, k * 100.0) for k in range(3)
+    ]
 
 
 def make_partitioned_daily(spark: SparkSession, partitioning: str) -> str:

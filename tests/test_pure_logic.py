@@ -624,3 +624,26 @@ def test_erasure_tables_given_as_a_list_are_refused_when_the_dag_is_parsed():
 
     with pytest.raises(ValueError, match=r"tables must map at least one table to its key column"):
         IcebergEraseOperator(task_id="erase", tables=["db.customers"], subjects=[1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("history", "moved_only_by_the_run"),
+    [
+        ([("mine", 1)], True),  # head 2, its parent the pinned 1: one earlier try
+        ([("mine", 3), ("mine", 1)], True),  # two earlier tries
+        ([("mine", 3), ("other", 1)], False),  # another writer between
+        ([("other", 1)], False),
+        ([("mine", 3), ("mine", 0)], False),  # the pinned snapshot is not on the head's history
+        ([], False),
+    ],
+)
+def test_a_head_moved_only_by_a_runs_earlier_tries_is_told_from_one_another_writer_moved(
+    history, moved_only_by_the_run
+):
+    from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
+
+    key = RunKey("d", "t", "r", -1)
+    summaries = {"mine": key.summary_properties(try_number=1), "other": {"airflow.dag-id": "x"}}
+    walk = [(summaries[who], parent) for who, parent in history]
+    found = moved_only_by(walk, lambda row: row[1], lambda row: row[0], 1, CommitMarks(run_key=key))
+    assert found is moved_only_by_the_run

@@ -313,6 +313,43 @@ def test_the_operator_replays_an_earlier_commit_without_starting_spark(spark, ca
     assert extra["snapshot_id"] == str(committed.snapshot_id)
 
 
+def test_a_pinned_change_applied_again_starts_from_its_own_earlier_commit_and_no_other(
+    spark, catalog_hook, spark_default_over_connect
+):
+    """``exactly_once=False`` with ``expected_snapshot_id``: try 1's own commit has moved the head past
+    the pin; try 2 applies the change again on top of it (the worker and the job both accept a head
+    that only this run key moved). Another writer's commit since the pin still fails the task."""
+    name = create_orders_table(spark, new_table_name("pinned_again"), rows=90)
+    run_key = RunKey("dag_p", "bump", "manual__1", -1)
+    pinned = head(catalog_hook, name)
+    bump = {"where": "order_id <= 3", "assignments": {"amount": "amount + 1"}}
+    first = run(spark, name, JobKind.UPDATE, run_key=run_key, expected_snapshot_id=pinned, **bump)
+    operator = IcebergUpdateOperator(
+        task_id="bump", table=name, where=bump["where"], set=bump["assignments"],
+        expected_snapshot_id=pinned, exactly_once=False,
+    )  # fmt: skip
+
+    def try_number(number: int) -> dict[str, Any]:
+        ti = SimpleNamespace(
+            dag_id="dag_p", task_id="bump", run_id="manual__1", map_index=-1, try_number=number
+        )
+        return {"ti": ti, "outlet_events": {operator.outlets[0]: SimpleNamespace(add=lambda *_, **__: None)}}
+
+    result = operator.execute(try_number(2))
+
+    assert result["replayed"] is False
+    assert result["parent_snapshot_id"] == str(first.snapshot_id)
+    amounts = load(catalog_hook, name).scan(row_filter="order_id <= 3").to_arrow()
+    assert sorted(amounts["amount"].to_pylist()) == [i * 1.5 + 2 for i in (1, 2, 3)]  # applied twice
+    run(spark, name, JobKind.DELETE, where="order_id = 90")  # another writer
+    moved = head(catalog_hook, name)
+    with pytest.raises(
+        AirflowFailException, match=f"is at snapshot {moved}, not at the expected snapshot {pinned}"
+    ):
+        operator.execute(try_number(3))
+    assert head(catalog_hook, name) == moved
+
+
 def _commit_during_next_spark_job(spark, commit) -> threading.Thread:
     """Run ``commit`` from another writer as soon as the session's next Spark job is running."""
     tracker = spark.sparkContext.statusTracker()

@@ -130,7 +130,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
     def _attempt(self, head_before: int | None) -> JobRecord:
         """One plan-and-commit from ``head_before``; a commit conflict makes ``run`` try again."""
         spec = self.spec
-        check_pinned_head(self.table_name, self.ref, head_before, spec.expected_snapshot_id)
+        check_pinned_head(self.state, self.ref, head_before, spec)
         earlier = self._earlier_commit(head_before)
         if earlier is not None:
             log(replay_line(self.state, spec.run_key, earlier))

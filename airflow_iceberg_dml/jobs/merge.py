@@ -161,7 +161,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
 
     def _attempt(self, head: int | None) -> JobRecord:
         spec = self.spec
-        check_pinned_head(self.table_name, self.ref, head, spec.expected_snapshot_id)
+        check_pinned_head(self.state, self.ref, head, spec)
         earlier = self._earlier_commit(head)
         if earlier is not None:
             log(replay_line(self.state, spec.run_key, earlier))

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.commits import CommitMarks
+from airflow_iceberg_dml.commits import CommitMarks, SnapshotRow, moved_only_by
 from airflow_iceberg_dml.exceptions import SnapshotMismatchError, WriteModeConflictError
 from airflow_iceberg_dml.jobs.runner import is_connect, log
 from airflow_iceberg_dml.spec import IsolationLevel, RunKey, WriteMode
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_iceberg_dml.jobs.table_state import TableState
+    from airflow_iceberg_dml.spec import DmlSpec, MergeSpec
 
 SNAPSHOT_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
 ICEBERG_DEFAULT_WRITE_MODE = WriteMode.COPY_ON_WRITE
@@ -139,10 +140,26 @@ def replay_line(state: TableState, run_key: RunKey | None, snapshot_id: int) -> 
     return f"Run {run_key} already committed snapshot {snapshot_id}{what}: returning it, committing nothing."
 
 
-def check_pinned_head(table_name: str, ref: str, head: int | None, expected: int | None) -> None:
-    """Raise when the change was pinned (``expected_snapshot_id``) to a snapshot other than ``head``."""
-    if expected is not None and head != expected:
-        raise SnapshotMismatchError(
-            f"{table_name} (ref {ref}) is at snapshot {head}, not at the expected "
-            f"snapshot {expected}: the table changed since the change was planned."
-        )
+def check_pinned_head(state: TableState, ref: str, head: int | None, spec: DmlSpec | MergeSpec) -> None:
+    """Raise when the change was pinned (``expected_snapshot_id``) to a snapshot other than ``head``,
+    unless only this run key's earlier tries have committed since (:func:`~.commits.moved_only_by`)."""
+    expected, run_key = spec.expected_snapshot_id, spec.run_key
+    if expected is None or head == expected:
+        return
+    if run_key is not None and moved_only_by(
+        state.history().back_from(head), _parent_id, _summary, expected, CommitMarks(run_key=run_key)
+    ):
+        log(f"Since snapshot {expected}, only earlier tries of {run_key} have committed on {ref}.")
+        return
+    raise SnapshotMismatchError(
+        f"{state.catalog}.{state.table} (ref {ref}) is at snapshot {head}, not at the expected "
+        f"snapshot {expected}: the table changed since the change was planned."
+    )
+
+
+def _parent_id(row: SnapshotRow) -> int | None:
+    return row.parent_id
+
+
+def _summary(row: SnapshotRow) -> Mapping[str, str]:
+    return row.summary

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import Asset
 
 from airflow_iceberg_dml import lineage
+from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
 from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     SnapshotMismatchError,
@@ -30,7 +31,7 @@ from airflow_iceberg_dml.operators.dml_input import audit_queries, checked_assig
 from airflow_iceberg_dml.operators.dml_report import log_dml_health, log_dml_result
 from airflow_iceberg_dml.operators.dml_turn import DmlTurn, parent_of
 from airflow_iceberg_dml.partition_names import spark_partition_namer
-from airflow_iceberg_dml.result import DmlResult, dml_result
+from airflow_iceberg_dml.result import DmlResult, dml_result, summary_of
 from airflow_iceberg_dml.spec import (
     Audits,
     CommitPolicy,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.spec import MergeSpec
 
@@ -88,7 +90,9 @@ class BaseIcebergDmlOperator(
         it is set to the other mode the task fails, committing nothing.
     :param expected_snapshot_id: The snapshot the change must start from, e.g. the one a sensor or
         a data-quality check saw (``"{{ ti.xcom_pull('check')['snapshot_id'] }}"``). When the
-        branch head is another snapshot the task fails before writing. (templated)
+        branch head is another snapshot the task fails before writing, unless only earlier tries of
+        the same run key committed since (a retry returns their commit; with ``exactly_once=False``
+        it applies the change again on top of it). (templated)
     :param guards: :class:`~airflow_iceberg_dml.spec.Guards` (or a dict of its fields): the limits
         below, as one object. Give them either here or one by one, not both.
     :param max_rows_affected: Guard: fail, committing nothing, when the change would touch more
@@ -271,6 +275,19 @@ class BaseIcebergDmlOperator(
 
     # -- around them: what the worker reads ----------------------------------------------------------------
 
+    @staticmethod
+    def _at_pinned_head(table: Table, spec: DmlSpec | MergeSpec, head: Snapshot | None) -> bool:
+        """Whether the change may start from ``head``: no pin, the pinned snapshot, or only earlier tries
+        of this run key committed since (a change applied again, ``exactly_once=False``)."""
+        expected = spec.expected_snapshot_id
+        if expected is None or (head.snapshot_id if head else None) == expected:
+            return True
+        from pyiceberg.table.snapshots import ancestors_of
+
+        walk = ancestors_of(head, table.metadata)
+        marks = CommitMarks(run_key=spec.run_key) if spec.run_key else None
+        return marks is not None and moved_only_by(walk, _parent_id, summary_of, expected, marks)
+
     def plan(self, run: JobRun, table: Table) -> JobPlan[int | None] | DmlResult:
         self.remember_lineage_table(run.catalog_hook, table)
         spec = self.build_spec(run.context, table)
@@ -282,7 +299,7 @@ class BaseIcebergDmlOperator(
         if replayed is not None:
             return replayed
         # The worker's check, before Spark starts; the job checks again at its own start.
-        if spec.expected_snapshot_id is not None and head_id != spec.expected_snapshot_id:
+        if not self._at_pinned_head(table, spec, head):
             raise SnapshotMismatchError(
                 f"{self.table} (ref {self.branch or 'main'}) is at snapshot {head_id}, not at the expected "
                 f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned. "
@@ -377,3 +394,7 @@ class BaseIcebergDmlOperator(
             parameter_names=[str(name) for name in parameters],
         )
         return lineage.dml_lineage(names, table, result, statement)
+
+
+def _parent_id(snapshot: Snapshot) -> int | None:
+    return snapshot.parent_snapshot_id
