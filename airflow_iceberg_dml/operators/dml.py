@@ -282,11 +282,12 @@ class BaseIcebergDmlOperator(
         expected = spec.expected_snapshot_id
         if expected is None or (head.snapshot_id if head else None) == expected:
             return True
+        if spec.run_key is None:
+            return False
         from pyiceberg.table.snapshots import ancestors_of
 
         walk = ancestors_of(head, table.metadata)
-        marks = CommitMarks(run_key=spec.run_key) if spec.run_key else None
-        return marks is not None and moved_only_by(walk, _parent_id, summary_of, expected, marks)
+        return moved_only_by(walk, _parent_id, summary_of, expected, CommitMarks(run_key=spec.run_key))
 
     def plan(self, run: JobRun, table: Table) -> JobPlan[int | None] | DmlResult:
         self.remember_lineage_table(run.catalog_hook, table)

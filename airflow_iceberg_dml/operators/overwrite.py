@@ -28,12 +28,12 @@ class IcebergOverwriteOperator(IcebergMergeOperator):
     the source as it is then (``exactly_once`` is False by default here): a run cleared or reprocessed
     after the source was corrected (``airflow backfill create --reprocess-behavior completed`` keeps
     the runs' ids) applies the correction instead of returning its earlier commit. Give
-    ``exactly_once=True`` to return that commit instead. Before writing, the job checks that every new
-    row satisfies
-    ``where``: a row outside the slice fails the task
-    (:class:`~airflow_iceberg_dml.exceptions.SliceViolationError`), so an overwrite can never add
-    rows that a re-run of its slice would not replace, nor change a row outside it. The source must
-    have exactly the table's columns (by name, in any order).
+    ``exactly_once=True`` to return that commit instead.
+
+    Before writing, the job checks that every new row satisfies ``where``: a row outside the slice
+    fails the task (:class:`~airflow_iceberg_dml.exceptions.SliceViolationError`), so an overwrite can
+    never add rows that a re-run of its slice would not replace, nor change a row outside it. The
+    source must have exactly the table's columns (by name, in any order).
 
     Where the slice is whole data files (a table partitioned by the slice's column), the slice's
     files are replaced by the new rows' in one overwrite commit: no delete file, the old rows not
