@@ -120,11 +120,12 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     assert table.properties["write.merge.mode"] == "merge-on-read"
 
     airflow.wait_for_dag(DAG_ID)
-    airflow.run(
+    backfill = [
         "backfill", "create", "--dag-id", DAG_ID,
         "--from-date", FIRST_DAY.isoformat(), "--to-date", LAST_DAY.isoformat(),
         "--max-active-runs", str(MAX_ACTIVE_RUNS), "--dag-run-conf", json.dumps({"table": TABLE}),
-    )  # fmt: skip
+    ]  # fmt: skip
+    airflow.run(*backfill)
 
     airflow.wait_for_runs(DAG_ID, len(days), TIMEOUT_S)
 
@@ -183,6 +184,42 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
             assert result["rows_deleted"] == test_rows[day], (task_id, day, result)
         else:
             assert result["rows_deleted"] in (day_rows[day], day_rows[day] - test_rows[day]), (day, result)
+
+    _assert_started_over_the_days_are_not_restated_again(
+        airflow, catalog_hook, backfill, expected, len(results)
+    )
+
+
+def _assert_started_over_the_days_are_not_restated_again(
+    airflow: AirflowDeployment,
+    catalog_hook: Any,
+    backfill: list[str],
+    expected: dict[int, tuple[Any, ...]],
+    tasks: int,
+) -> None:
+    """The same days again with ``--reprocess-behavior completed``: Airflow clears the days' runs, so
+    each task has its first try's run key and returns that commit; no rate is applied twice and no
+    commit is added (a day whose DELETE matched no row matches none again: a no-op)."""
+    snapshots = len(catalog_hook.load_table(TABLE).metadata.snapshots)
+    airflow.wait_for("the backfill to complete", lambda: airflow.query(OPEN_BACKFILLS, DAG_ID) == [(0,)], 120)
+    airflow.run(*backfill, "--reprocess-behavior", "completed")
+
+    def second_tries() -> list[tuple[str, Any]]:
+        rows = airflow.query(
+            "SELECT t.state, x.value FROM task_instance t LEFT JOIN xcom x ON x.dag_id = t.dag_id"
+            " AND x.run_id = t.run_id AND x.task_id = t.task_id AND x.key = 'return_value'"
+            " WHERE t.dag_id = %s AND t.try_number = 2",
+            DAG_ID,
+        )
+        return [(state, value) for state, value in rows if state in ("success", "failed")]
+
+    airflow.wait_for("the days run again", lambda: len(second_tries()) == tasks, TIMEOUT_S)
+    results = [(state, json.loads(v) if isinstance(v, str) else v) for state, v in second_tries()]
+    assert {state for state, _ in results} == {"success"}, airflow.failures(DAG_ID)
+    assert all(result["replayed"] or result["noop"] for _, result in results), results
+    again = catalog_hook.load_table(TABLE)
+    assert len(again.metadata.snapshots) == snapshots
+    assert {row["o_orderkey"]: tuple(row.values()) for row in again.scan().to_arrow().to_pylist()} == expected
 
 
 def test_tasks_reporting_a_new_tables_events_at_one_moment_all_succeed(
