@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import Asset
 
 from airflow_iceberg_dml import lineage
-from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
 from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     SnapshotMismatchError,
@@ -29,9 +28,9 @@ from airflow_iceberg_dml.operators.base import (
 )
 from airflow_iceberg_dml.operators.dml_input import audit_queries, checked_assignments, given_once, grouped
 from airflow_iceberg_dml.operators.dml_report import log_dml_health, log_dml_result
-from airflow_iceberg_dml.operators.dml_turn import DmlTurn, parent_of
+from airflow_iceberg_dml.operators.dml_turn import DmlTurn, at_pinned_head, parent_of
 from airflow_iceberg_dml.partition_names import spark_partition_namer
-from airflow_iceberg_dml.result import DmlResult, dml_result, summary_of
+from airflow_iceberg_dml.result import DmlResult, dml_result
 from airflow_iceberg_dml.spec import (
     Audits,
     CommitPolicy,
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pydantic import JsonValue
     from pyiceberg.table import Table
-    from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.spec import MergeSpec
 
@@ -118,7 +116,9 @@ class BaseIcebergDmlOperator(
         task fails with ``ConcurrentCommitError`` (retryable). Default 2.
     :param exactly_once: When True (default), a try whose run key (dag, task, run, map index)
         already committed on the branch returns that commit's result and commits nothing, so a
-        retried non-idempotent UPDATE is applied once. Set False to re-apply on purpose.
+        retried non-idempotent UPDATE is applied once. A task cleared after it succeeded, or a run
+        reprocessed by ``airflow backfill create --reprocess-behavior completed``, keeps its run key
+        and does the same. Set False to re-apply on purpose (``IcebergOverwriteOperator``'s default).
     :param durable: Re-attach a retry to the job an earlier try left running (see
         :class:`~airflow_iceberg_dml.operators.base.BaseIcebergSparkJobOperator`); elsewhere, the
         retry starts a new job and ``exactly_once`` keeps the change single.
@@ -275,20 +275,6 @@ class BaseIcebergDmlOperator(
 
     # -- around them: what the worker reads ----------------------------------------------------------------
 
-    @staticmethod
-    def _at_pinned_head(table: Table, spec: DmlSpec | MergeSpec, head: Snapshot | None) -> bool:
-        """Whether the change may start from ``head``: no pin, the pinned snapshot, or only earlier tries
-        of this run key committed since (a change applied again, ``exactly_once=False``)."""
-        expected = spec.expected_snapshot_id
-        if expected is None or (head.snapshot_id if head else None) == expected:
-            return True
-        if spec.run_key is None:
-            return False
-        from pyiceberg.table.snapshots import ancestors_of
-
-        walk = ancestors_of(head, table.metadata)
-        return moved_only_by(walk, _parent_id, summary_of, expected, CommitMarks(run_key=spec.run_key))
-
     def plan(self, run: JobRun, table: Table) -> JobPlan[int | None] | DmlResult:
         self.remember_lineage_table(run.catalog_hook, table)
         spec = self.build_spec(run.context, table)
@@ -300,7 +286,7 @@ class BaseIcebergDmlOperator(
         if replayed is not None:
             return replayed
         # The worker's check, before Spark starts; the job checks again at its own start.
-        if not self._at_pinned_head(table, spec, head):
+        if not at_pinned_head(table, spec, head):
             raise SnapshotMismatchError(
                 f"{self.table} (ref {self.branch or 'main'}) is at snapshot {head_id}, not at the expected "
                 f"snapshot {spec.expected_snapshot_id}: the table changed since the change was planned. "
@@ -395,7 +381,3 @@ class BaseIcebergDmlOperator(
             parameter_names=[str(name) for name in parameters],
         )
         return lineage.dml_lineage(names, table, result, statement)
-
-
-def _parent_id(snapshot: Snapshot) -> int | None:
-    return snapshot.parent_snapshot_id

@@ -1,4 +1,5 @@
-"""What a DML task does around its turn on the table: an earlier commit of its run key, and group commit.
+"""What a DML task does around its turn on the table: an earlier commit of its run key (and whether a
+pinned head moved only by it), and group commit.
 
 Before the turn, the task asks the table whether its run key committed already (exactly once). While
 it waits, its change is on offer to the task whose turn it is (:mod:`airflow_iceberg_dml.group_commit`).
@@ -15,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import claim, queue_folder
 from airflow_iceberg_dml.group_keys import GroupOffer, group_offer
@@ -33,6 +35,25 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.health import HealthReport
     from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.spec import MergeSpec
+
+
+def at_pinned_head(table: Table, spec: DmlSpec | MergeSpec, head: Snapshot | None) -> bool:
+    """Whether a change may start from ``head``: no pin, the pinned snapshot, or only earlier tries of
+    its run key committed since (:func:`~airflow_iceberg_dml.commits.moved_only_by`; a change applied
+    again, ``exactly_once=False``)."""
+    expected = spec.expected_snapshot_id
+    if expected is None or (head.snapshot_id if head else None) == expected:
+        return True
+    if spec.run_key is None:
+        return False
+    from pyiceberg.table.snapshots import ancestors_of
+
+    walk = ancestors_of(head, table.metadata)
+    return moved_only_by(walk, _parent_id, summary_of, expected, CommitMarks(run_key=spec.run_key))
+
+
+def _parent_id(snapshot: Snapshot) -> int | None:
+    return snapshot.parent_snapshot_id
 
 
 def parent_of(table: Table, snapshot: Snapshot | None) -> Snapshot | None:
