@@ -14,7 +14,7 @@ from airflow_iceberg_dml.specs.common import (
     JsonSpec,
     Parameter,
     parameter_problem,
-    with_table,
+    reads_table,
 )
 from airflow_iceberg_dml.sql import expression_problem
 
@@ -126,7 +126,7 @@ class Check:
             problem = expression_problem(text)
             if problem:
                 raise InvalidCheckError(f"{self.label}: {name}={text!r}: {problem}.")
-        if self.query is not None and with_table(self.query, "") == self.query:
+        if self.query is not None and not reads_table(self.query):
             raise InvalidCheckError(
                 f"{self.label}: the query must read the table as {TABLE_PLACEHOLDER}, so that it counts "
                 "the checked snapshot."

@@ -227,6 +227,12 @@ def applied_changes(summary: Mapping[str, str]) -> int:
 TABLE_PLACEHOLDER = "{table}"
 
 
+def reads_table(query: str) -> bool:
+    """Whether ``query`` holds :data:`TABLE_PLACEHOLDER` outside quotes, where :func:`with_table` puts
+    the table."""
+    return any(kind == "code" and TABLE_PLACEHOLDER in text for kind, text in segments(query))
+
+
 def with_table(query: str, table: str) -> str:
     """``query`` with each :data:`TABLE_PLACEHOLDER` outside quotes replaced by ``table``: a string
     literal that holds the same text (the query's own, or a bound parameter's value) is left as it is."""

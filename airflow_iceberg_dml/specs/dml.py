@@ -17,7 +17,7 @@ from airflow_iceberg_dml.specs.common import (
     RunKey,
     WriteMode,
     parameter_problem,
-    with_table,
+    reads_table,
 )
 
 
@@ -95,7 +95,7 @@ class Audits:
                 raise ValueError(
                     f"audits[{name!r}] must be a SQL query (text) returning one boolean, not {query!r}."
                 )
-            if with_table(query, "") == query:
+            if not reads_table(query):
                 raise ValueError(
                     f"audits[{name!r}] must read the table as {TABLE_PLACEHOLDER} (outside quotes), so "
                     f"that it audits the branch the change was written to, not main: {query!r}."
