@@ -18,7 +18,9 @@ waiting days share that commit, in one MERGE; otherwise each commit holds one ki
 change commits once per run: a retried task finds its run's commit by the run key and commits
 nothing more, so a rate is never applied twice to a day. The same holds for a day run again with
 ``--reprocess-behavior completed`` (Airflow clears the day's run: same run keys), which is what keeps
-a backfill that is started over from restating the days it already fixed.
+a backfill that is started over from restating the days it already fixed, also once the table's
+maintenance has expired those commits' snapshots (each task records its commit in Airflow's task state
+store).
 
 Run it after the quickstart (which creates the table), over the days to fix, with a scheduler running
 on a metadata database that takes concurrent writers (PostgreSQL or MySQL; Airflow's SQLite database

@@ -27,6 +27,7 @@ import pytest
 
 from airflow_iceberg_dml.demo import create_orders_table
 from airflow_iceberg_dml.operators.base import table_asset_uri
+from airflow_iceberg_dml.operators.commit_record import COMMIT_RECORD_KEY
 from airflow_iceberg_dml.spec import SummaryKey
 from bench.deployment import AirflowDeployment, create_database, peak_overlap, postgres_server
 from bench.task_phases import slot_hold_after_end
@@ -178,7 +179,7 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     )
     assert len(results) == 2 * len(days)
     for task_id, day_text, value in results:
-        result = json.loads(value) if isinstance(value, str) else value
+        result = _loaded(value)
         day = dt.date.fromisoformat(day_text)
         if task_id == "remove_test_orders":
             assert result["rows_deleted"] == test_rows[day], (task_id, day, result)
@@ -197,11 +198,24 @@ def _assert_started_over_the_days_are_not_restated_again(
     expected: dict[int, tuple[Any, ...]],
     tasks: int,
 ) -> None:
-    """The same days again with ``--reprocess-behavior completed``: Airflow clears the days' runs, so
-    each task has its first try's run key and returns that commit; no rate is applied twice and no
-    commit is added (a day whose DELETE matched no row matches none again: a no-op)."""
-    snapshots = len(catalog_hook.load_table(TABLE).metadata.snapshots)
+    """The same days again with ``--reprocess-behavior completed``, after the table's maintenance expired
+    every snapshot but the head (as it does days later): Airflow clears the days' runs, so each task has
+    its first try's run key and returns its commit, from the history (the head's) or from the record in
+    Airflow's task state store (commit_record.py); no rate is applied twice and no commit is added (a
+    day whose DELETE matched no row matches none again: a no-op)."""
     airflow.wait_for("the backfill to complete", lambda: airflow.query(OPEN_BACKFILLS, DAG_ID) == [(0,)], 120)
+    recorded = airflow.query(
+        "SELECT count(*) FROM task_state_store WHERE dag_id = %s AND key = %s", DAG_ID, COMMIT_RECORD_KEY
+    )
+    first = airflow.query("SELECT value FROM xcom WHERE dag_id = %s AND key = 'return_value'", DAG_ID)
+    committed = [result for (value,) in first if not (result := _loaded(value))["noop"]]
+    assert recorded == [(len(committed),)]  # every task that committed recorded it
+    table = catalog_hook.load_table(TABLE)
+    head = table.current_snapshot().snapshot_id
+    older = [snapshot.snapshot_id for snapshot in table.metadata.snapshots if snapshot.snapshot_id != head]
+    table.maintenance.expire_snapshots().by_ids(older).commit()
+    snapshots = len(catalog_hook.load_table(TABLE).metadata.snapshots)
+    assert snapshots == 1
     airflow.run(*backfill, "--reprocess-behavior", "completed")
 
     def second_tries() -> list[tuple[str, Any]]:
@@ -214,7 +228,7 @@ def _assert_started_over_the_days_are_not_restated_again(
         return [(state, value) for state, value in rows if state in ("success", "failed")]
 
     airflow.wait_for("the days run again", lambda: len(second_tries()) == tasks, TIMEOUT_S)
-    results = [(state, json.loads(v) if isinstance(v, str) else v) for state, v in second_tries()]
+    results = [(state, _loaded(value)) for state, value in second_tries()]
     assert {state for state, _ in results} == {"success"}, airflow.failures(DAG_ID)
     assert all(result["replayed"] or result["noop"] for _, result in results), results
     again = catalog_hook.load_table(TABLE)
@@ -311,6 +325,11 @@ def _assert_each_change_committed_once(airflow: AirflowDeployment, after: Any, b
     assert all(
         task_id == "remove_test_orders" and day not in days_with_test_orders for task_id, day in listed_only
     ), listed_only
+
+
+def _loaded(value: Any) -> Any:
+    """An XCom value as the metadata database returns it (JSON text, or already decoded)."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _run_keys(summary: dict[str, str]) -> list[tuple[str | None, str | None, int | None]]:

@@ -18,10 +18,9 @@
       collect(run, plan, record) -> the operator: the table read back, then to_result
       report(run, result)       -> asset events (asset_events), log lines (log_result), lineage
 
-Each operator supplies a public, pure ``build_spec`` (the typed spec of
-:mod:`airflow_iceberg_dml.spec`, validating its input) and ``to_result`` (the task's XCom value),
-and ``plan`` / ``collect`` around them for the reads they need. Which commits are this run's is
-answered by :meth:`BaseIcebergSparkJobOperator.find_commits`. The operators never name an engine.
+Each operator supplies a public, pure ``build_spec`` (its typed spec of :mod:`airflow_iceberg_dml.spec`,
+validating its input), ``to_result`` (the task's XCom value), and ``plan`` / ``collect`` for the reads
+they need. Which commits are this run's is answered by :meth:`find_commits`. No operator names an engine.
 
 Durable re-attach uses Airflow's task state store (``context["task_state_store"]``: ``get``, ``set``,
 ``delete``), not ``ResumableJobMixin``, which polls from any machine an id ``submit_job`` returns before
@@ -55,6 +54,7 @@ from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path, table_t
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
+    from datetime import timedelta
     from pathlib import Path
 
     from airflow.sdk import Asset, Context
@@ -91,7 +91,7 @@ class TaskStateStore(Protocol):
 
     def get(self, key: str, default: JsonValue = None) -> JsonValue: ...
 
-    def set(self, key: str, value: JsonValue) -> None: ...
+    def set(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None: ...
 
     def delete(self, key: str) -> None: ...
 

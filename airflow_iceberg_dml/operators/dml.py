@@ -118,7 +118,10 @@ class BaseIcebergDmlOperator(
         already committed on the branch returns that commit's result and commits nothing, so a
         retried non-idempotent UPDATE is applied once. A task cleared after it succeeded, or a run
         reprocessed by ``airflow backfill create --reprocess-behavior completed``, keeps its run key
-        and does the same. Set False to re-apply on purpose (``IcebergOverwriteOperator``'s default).
+        and does the same. The commit is also recorded in Airflow's task state store (3.3+), so that
+        this holds after the table's snapshot expiry removed the commit from its history
+        (:mod:`~airflow_iceberg_dml.operators.commit_record`). Set False to re-apply on purpose
+        (``IcebergOverwriteOperator``'s default).
     :param durable: Re-attach a retry to the job an earlier try left running (see
         :class:`~airflow_iceberg_dml.operators.base.BaseIcebergSparkJobOperator`); elsewhere, the
         retry starts a new job and ``exactly_once`` keeps the change single.

@@ -21,7 +21,8 @@ from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import claim, queue_folder
 from airflow_iceberg_dml.group_keys import GroupOffer, group_offer
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
-from airflow_iceberg_dml.result import DmlResult, summary_of
+from airflow_iceberg_dml.operators.commit_record import CommitRecord, record_commit, recorded_commit
+from airflow_iceberg_dml.result import DmlResult, health_payload, summary_of
 from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
 from airflow_iceberg_dml.specs.common import applied_changes
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path
@@ -72,6 +73,8 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     merge_on_read_merge: bool = False
     #: This task on its way to the table's turn, until its change is on offer (group_arrival.py).
     _arrival: Arrival | None = None
+    #: The uuid of the table whose commit the task records (commit_record.py); None: no record.
+    _commit_table_uuid: str | None = None
 
     if TYPE_CHECKING:
 
@@ -163,9 +166,10 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         (exactly once), or, ``grouped``, the commit of the task that applied this change with its own."""
         if not spec.commit_policy.exactly_once or spec.dry_run or spec.run_key is None:
             return None
+        self._commit_table_uuid = str(table.metadata.table_uuid)  # the commit is recorded (report)
         earlier = run.catalog_hook.find_run_commits(table, spec.run_key, spec.branch)
         if not earlier:
-            return None
+            return None if grouped else self._recorded(run, table, spec)
         summary = summary_of(earlier[0])
         if grouped:
             self.log.info(
@@ -199,6 +203,43 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
             health=self._health_after(run.catalog_hook, table),
             run_key=run_key(run.context),
         )
+
+    def _recorded(self, run: JobRun, table: Table, spec: DmlSpec | MergeSpec) -> DmlResult | None:
+        """The result an earlier try recorded in the task state store, when the commit it names was
+        expired from the table's history (:mod:`airflow_iceberg_dml.operators.commit_record`)."""
+        if getattr(run.context["ti"], "try_number", None) == 1:  # no earlier try: nothing to read
+            return None
+        record = recorded_commit(run.context.get("task_state_store"), self.log)
+        branch = spec.branch or "main"
+        uuid = str(table.metadata.table_uuid)
+        if record is None or not record.is_of(self.catalog_conn_id, uuid, self.table, branch):
+            return None
+        if table.snapshot_by_id(record.snapshot_id) is not None:
+            self.log.info(
+                "An earlier try of run %s committed snapshot %s, which is no longer on %s (the ref was "
+                "rolled back or reset): applying the change again.",
+                spec.run_key,
+                record.snapshot_id,
+                branch,
+            )
+            return None
+        self.log.info(
+            "Run %s committed snapshot %s at %s; the table's history no longer has it (its snapshots were "
+            "expired): returning the result recorded in Airflow's task state store, committing nothing.",
+            spec.run_key,
+            record.snapshot_id,
+            record.result.get("committed_at"),
+        )
+        return record.replayed(
+            duration_s=run.elapsed(), health=health_payload(self._health_after(run.catalog_hook, table))
+        )
+
+    def report(self, run: JobRun, result: DmlResult) -> None:
+        """Record the commit in the task state store (exactly once past snapshot expiry), then report it."""
+        if self._commit_table_uuid is not None and not result["noop"] and result["snapshot_id"]:
+            record = CommitRecord(self.catalog_conn_id, self._commit_table_uuid, dict(result))
+            record_commit(run.context.get("task_state_store"), record, self.log)
+        super().report(run, result)
 
     def _health_after(self, catalog_hook: IcebergCatalogHook, table: Table) -> HealthReport | None:
         """The table's health from its metadata (main's head), or None when it cannot be read."""
