@@ -74,7 +74,8 @@ class DmlResult(TypedDict):
 
 def summary_of(snapshot: Snapshot | None) -> Mapping[str, str]:
     """A snapshot's summary entries (without ``operation``); empty when there is no snapshot or summary."""
-    return snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+    summary = snapshot.summary if snapshot is not None else None
+    return summary.additional_properties if summary is not None else {}
 
 
 def health_payload(report: HealthReport | None) -> dict[str, Any] | None:

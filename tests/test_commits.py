@@ -71,6 +71,12 @@ def test_ancestors_are_the_head_and_its_parents(catalog_hook, history):
     table = load(catalog_hook, name)
     assert [s.snapshot_id for s in catalog_hook.ancestors(table, table.current_snapshot())] == ids[::-1]
     assert list(catalog_hook.ancestors(table, None)) == []
+    head = table.current_snapshot()
+    assert [s.snapshot_id for s in catalog_hook.ancestors(table, head, stop_at=ids[2])] == ids[:2:-1]
+    # Where history was expired, the walk ends.
+    table.maintenance.expire_snapshots().by_ids(ids[:2]).commit()
+    table = load(catalog_hook, name)
+    assert [s.snapshot_id for s in catalog_hook.ancestors(table, table.current_snapshot())] == ids[:1:-1]
 
 
 def test_an_unknown_branch_is_named(catalog_hook, history):

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.table.snapshots import ancestors_between_ids, ancestors_of
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
-from airflow_iceberg_dml.commits import CommitMarks, ours
+from airflow_iceberg_dml.commits import CommitMarks, ours, walk_back
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogConnectionNotFoundError,
@@ -121,9 +120,20 @@ class IcebergCatalogHook(IcebergHook):
         return table.snapshot_by_name(branch)
 
     @staticmethod
-    def ancestors(table: Table, snapshot: Snapshot | None) -> Iterator[Snapshot]:
-        """``snapshot`` and its ancestors, newest first (stops where history was expired)."""
-        return iter(ancestors_of(snapshot, table.metadata))
+    def ancestors(table: Table, snapshot: Snapshot | None, stop_at: int | None = None) -> Iterator[Snapshot]:
+        """``snapshot`` and its ancestors, newest first, down to ``stop_at`` (excluded; the whole history
+        when it is not an ancestor), or where history was expired.
+
+        Each parent is found in an index of the metadata's snapshots, built once per walk: pyiceberg's
+        ancestry helpers look each one up in the list (``snapshot_by_id``), so that a walk of the whole
+        history (a run key that has not committed) cost quadratic time, seconds at 20,000 snapshots.
+        """
+        by_id = {each.snapshot_id: each for each in table.metadata.snapshots}
+
+        def parent(child: Snapshot) -> Snapshot | None:
+            return None if child.parent_snapshot_id is None else by_id.get(child.parent_snapshot_id)
+
+        return walk_back(snapshot, parent, _snapshot_id, stop_at)
 
     def health(
         self,
@@ -158,10 +168,14 @@ class IcebergCatalogHook(IcebergHook):
         head = self.head_snapshot(table, branch)
         if head is None:
             return []
-        return ours(ancestors_between_ids(stop_at, head.snapshot_id, table.metadata), summary_of, marks)
+        return ours(self.ancestors(table, head, stop_at), summary_of, marks)
 
     def find_run_commits(
         self, table: Table, run_key: RunKey, branch: str | None = None, stop_at: int | None = None
     ) -> list[Snapshot]:
         """Snapshots on the branch committed by ``run_key`` (any try), newest first (:meth:`find_commits`)."""
         return self.find_commits(table, CommitMarks(run_key=run_key), branch, stop_at)
+
+
+def _snapshot_id(snapshot: Snapshot) -> int:
+    return snapshot.snapshot_id

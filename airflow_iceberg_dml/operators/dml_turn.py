@@ -20,6 +20,7 @@ from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import claim, queue_folder
 from airflow_iceberg_dml.group_keys import GroupOffer, group_offer
+from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.operators.commit_record import CommitRecord, record_commit, recorded_commit
 from airflow_iceberg_dml.result import DmlResult, health_payload, summary_of
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.health import HealthReport
-    from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
     from airflow_iceberg_dml.spec import MergeSpec
 
 
@@ -47,9 +47,7 @@ def at_pinned_head(table: Table, spec: DmlSpec | MergeSpec, head: Snapshot | Non
         return True
     if spec.run_key is None:
         return False
-    from pyiceberg.table.snapshots import ancestors_of
-
-    walk = ancestors_of(head, table.metadata)
+    walk = IcebergCatalogHook.ancestors(table, head)
     return moved_only_by(walk, _parent_id, summary_of, expected, CommitMarks(run_key=spec.run_key))
 
 

@@ -199,9 +199,12 @@ class RunKey:
         return kind if isinstance(kind, str) else None
 
     def _group_entry_in(self, summary: Mapping[str, str]) -> dict[str, Any] | None:
+        entries = group_entries(summary)
+        if not entries:
+            return None
         identity = ("dag_id", "task_id", "run_id", "map_index")
         own = self.group_entry(0)
-        for entry in group_entries(summary):
+        for entry in entries:
             if all(entry.get(name) == own[name] for name in identity):
                 return entry
         return None
@@ -209,8 +212,11 @@ class RunKey:
 
 def group_entries(summary: Mapping[str, str]) -> list[dict[str, Any]]:
     """The changes a group commit applied (run key and rows each), from its summary; empty for any other."""
+    text = summary.get(SummaryKey.GROUP)
+    if not text:  # most commits: no JSON to parse (the history lookup reads every snapshot's summary)
+        return []
     try:
-        entries = json.loads(summary.get(SummaryKey.GROUP) or "[]")
+        entries = json.loads(text)
     except ValueError:
         return []
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
