@@ -41,11 +41,11 @@ from bench.common import (
     configure_environment,
     format_bytes,
     format_ratio,
-    interleaved,
     log,
     markdown_table,
     ratio,
     timed,
+    timed_interleaved,
     write_results,
 )
 
@@ -155,7 +155,7 @@ def ensure_table(spark: SparkSession, hook: IcebergCatalogHook, snapshots: int) 
     return name
 
 
-def _metadata_size(hook: IcebergCatalogHook, name: str) -> int:
+def metadata_size(hook: IcebergCatalogHook, name: str) -> int:
     return Path(urlparse(hook.catalog.load_table(name).metadata_location).path).stat().st_size
 
 
@@ -220,13 +220,7 @@ def measure(
         for count, name in tables.items()
         for side, action in poll_actions(hook, name, conn_id).items()
     }
-    samples = {key: Samples() for key in actions}
-    for _, key in interleaved(runs, list(actions)):
-        # Collect the garbage of the previous call first, so that a cheap poll does not pay for the
-        # metadata objects a reload left behind.
-        gc.collect()
-        samples[key].add(timed(actions[key])[0])
-    return samples
+    return timed_interleaved(actions, runs)
 
 
 def poll_after_commit(spark: SparkSession, hook: IcebergCatalogHook, name: str, runs: int) -> dict[str, Any]:
@@ -309,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
             str(count): {side: samples[count, side].as_json() for side in SIDES} for count in tables
         }
         after_commit = poll_after_commit(spark, hook, tables[long_history], runs=5 if args.quick else 10)
-        sizes = {count: _metadata_size(hook, name) for count, name in tables.items()}
+        sizes = {count: metadata_size(hook, name) for count, name in tables.items()}
     finally:
         spark.stop()
 

@@ -7,6 +7,7 @@ the same machine load.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 REPO = Path(__file__).resolve().parents[1]
 #: Results of full runs, one JSON file per benchmark (git-ignored).
@@ -96,6 +98,16 @@ def interleaved(runs: int, sides: Sequence[T]) -> Iterator[tuple[int, T]]:
         shift = run % len(sides)
         for side in [*sides[shift:], *sides[:shift]]:
             yield run, side
+
+
+def timed_interleaved(actions: Mapping[K, Callable[[], object]], runs: int) -> dict[K, Samples]:
+    """Each action timed ``runs`` times, all interleaved so that each sees the same machine load; the
+    garbage of the previous call collected first, so that a cheap call does not pay for an expensive one's."""
+    samples = {key: Samples() for key in actions}
+    for _, key in interleaved(runs, list(actions)):
+        gc.collect()
+        samples[key].add(timed(actions[key])[0])
+    return samples
 
 
 # -- formatting --------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ def summary_block(
         lines += erasure_summary_lines(erasure)
     for name, section in (
         ("sensor_poll", "Sensor poll cost"),
+        ("history_lookup", "Run key lookup"),
         ("compaction", "Compaction payoff"),
         (NOOP_CHECK, "No-match check"),
     ):
