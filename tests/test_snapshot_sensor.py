@@ -91,8 +91,14 @@ def spark_delete(spark: SparkSession, name: str, where: str, run_key: RunKey, tr
         spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE {where}")
 
 
-def append(catalog_hook: IcebergCatalogHook, name: str, batch: str, rows: int = 1) -> int:
-    """A pyiceberg append tagged ``batch``; returns its snapshot id."""
+def append(
+    catalog_hook: IcebergCatalogHook,
+    name: str,
+    batch: str,
+    rows: int = 1,
+    properties: dict[str, str] | None = None,
+) -> int:
+    """A pyiceberg append tagged ``batch`` (and ``properties``); returns its snapshot id."""
     table = load(catalog_hook, name)
     data = pa.Table.from_pylist(
         [
@@ -101,7 +107,7 @@ def append(catalog_hook: IcebergCatalogHook, name: str, batch: str, rows: int = 
         ],
         schema=table.schema().as_arrow(),
     )
-    table.append(data, snapshot_properties={"batch": batch})
+    table.append(data, snapshot_properties={"batch": batch, **(properties or {})})
     return load(catalog_hook, name).current_snapshot().snapshot_id
 
 
@@ -211,6 +217,24 @@ def test_conditions_that_must_not_match_time_out(spark, catalog_hook, orders, co
     )
     with pytest.raises(AirflowSkipException):
         soft.execute({})
+
+
+def test_a_commit_whose_snapshot_was_expired_is_not_found(catalog_hook):
+    """docs/sensor.md: only the history the table still has counts."""
+    name = pyiceberg_orders(catalog_hook, "sensor_expired")
+    erase = RunKey("team_a", "erase", "scheduled__2026-01-01T00:00:00+00:00")
+    committed = append(catalog_hook, name, "erasure", properties=erase.summary_properties(1))
+    run_key = {"dag_id": erase.dag_id, "task_id": erase.task_id, "run_id": erase.run_id}
+    found = IcebergSnapshotSensor(task_id="wait", table=name, run_key=run_key, timeout=5).execute({})
+    assert found["snapshot_id"] == str(committed)
+    append(catalog_hook, name, "later")
+    load(catalog_hook, name).maintenance.expire_snapshots().by_id(committed).commit()
+
+    sensor = IcebergSnapshotSensor(
+        task_id="wait", table=name, run_key=run_key, poke_interval=0.1, timeout=0.5
+    )
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute({})
 
 
 def test_sensor_waits_for_count_commits_made_while_it_pokes(catalog_hook, orders):
