@@ -117,8 +117,9 @@ class InvalidSnapshotFilterError(IcebergDmlError, ValueError):
 
 
 class SnapshotNotFoundError(IcebergDmlError):
-    """The snapshot named by ``newer_than_snapshot_id`` (or a check's ``snapshot_id``) is not in the table
-    (wrong id, or expired), or a check found no snapshot at all to check (a table never written)."""
+    """The snapshot named by ``newer_than_snapshot_id`` (or a check's ``snapshot_id``, or a MERGE's
+    ``source_snapshot_id``) is not in the table (wrong id, or expired), or a check found no snapshot at
+    all to check (a table never written)."""
 
 
 class CatalogUnavailableError(IcebergDmlError):

@@ -309,6 +309,46 @@ def test_a_missing_source_table_fails_before_spark_without_retries(operator, spa
     assert head_id(catalog_hook, target) == before
 
 
+def test_a_source_snapshot_the_source_does_not_have_fails_before_spark_unless_the_merge_committed(
+    spark, catalog_hook, monkeypatch
+):
+    """A wrong or expired ``source_snapshot_id`` is named before Spark starts, without retries; a try
+    whose run key committed already returns that commit without reading the source."""
+    from airflow_iceberg_dml.operators import base
+
+    target, source = make_tables(spark)
+    pinned = head_id(catalog_hook, source)
+    spark.sql(f"INSERT INTO {CATALOG}.{source} VALUES (999, 'O', 1.0, 'I')")
+
+    def task(snapshot_id: int) -> Any:
+        clauses = [{"when": "matched", "then": "update", "set": {"amount": "t.amount + s.amount"}}]
+        return IcebergMergeOperator(
+            task_id="m", table=target, on="t.id = s.id", clauses=clauses, source_table=source,
+            source_snapshot_id=snapshot_id,
+        )  # fmt: skip
+
+    def context(try_number: int) -> dict[str, Any]:
+        ti = SimpleNamespace(dag_id="src", task_id="m", run_id="r1", map_index=-1, try_number=try_number)
+        events = {task(pinned).outlets[0]: SimpleNamespace(add=lambda *_, **__: None)}
+        return {"ti": ti, "outlet_events": events}
+
+    before = head_id(catalog_hook, target)
+    with monkeypatch.context() as patched:
+        patched.setattr(base, "engine_for", lambda *_, **__: pytest.fail("an engine was asked for a job"))
+        with pytest.raises(
+            AirflowFailException, match=f"source_snapshot_id=123 is not a snapshot of {source}"
+        ):
+            task(123).execute(context(1))
+    assert head_id(catalog_hook, target) == before
+
+    first = task(pinned).execute(context(1))
+    assert first["replayed"] is False
+    load(catalog_hook, source).maintenance.expire_snapshots().by_id(pinned).commit()
+    again = task(pinned).execute(context(2))
+    assert again["replayed"] is True
+    assert again["snapshot_id"] == first["snapshot_id"]
+
+
 @pytest.mark.parametrize(
     ("operator", "error"),
     [

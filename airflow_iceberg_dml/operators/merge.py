@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from airflow_iceberg_dml import lineage
-from airflow_iceberg_dml.exceptions import InvalidExpressionError
+from airflow_iceberg_dml.exceptions import InvalidExpressionError, SnapshotNotFoundError
 from airflow_iceberg_dml.merge_sql import Pairing, merge_statement
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, commit_properties, run_key
 from airflow_iceberg_dml.operators.dml import BaseIcebergDmlOperator
@@ -275,7 +275,10 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
         return facets
 
     def plan(self, run: JobRun, table: Table) -> JobPlan[int | None] | DmlResult:
-        """The source table is loaded first: a missing one fails here, and lineage names it."""
+        """The source table is loaded first: a missing one fails here, and lineage names it. A
+        ``source_snapshot_id`` it does not have fails once the change is to run (a try that returns an
+        earlier commit reads no source)."""
+        source = None
         if self.source_table is not None:
             source = run.catalog_hook.load_table(self.source_table)
             try:
@@ -285,4 +288,12 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
                 self._source_lineage = (names, source)
             except Exception as error:  # noqa: BLE001 - lineage is informative: it never fails the task
                 self.log.info("No lineage for the source %s: %s", self.source_table, error)
-        return super().plan(run, table)
+        planned = super().plan(run, table)
+        wanted = self.merge_source().snapshot_id
+        missing = source is not None and wanted is not None and source.snapshot_by_id(wanted) is None
+        if isinstance(planned, JobPlan) and missing:
+            raise SnapshotNotFoundError(
+                f"source_snapshot_id={wanted} is not a snapshot of {self.source_table} (a wrong id, or "
+                "expired): there is no such version of the source to read. Nothing was written."
+            )
+        return planned
