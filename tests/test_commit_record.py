@@ -32,6 +32,7 @@ class Store:
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
         self.retention: dict[str, Any] = {}
+        self.sets = 0
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -39,6 +40,7 @@ class Store:
     def set(self, key: str, value: Any, *, retention: Any = None) -> None:
         self.values[key] = json.loads(json.dumps(value))
         self.retention[key] = retention
+        self.sets += 1
 
     def delete(self, key: str) -> None:
         self.values.pop(key, None)
@@ -88,11 +90,18 @@ def test_a_try_after_its_commit_was_expired_returns_the_recorded_result(spark, c
     load(catalog_hook, name).delete("order_id = 90")  # another writer
     _expire_all_but_the_head(catalog_hook, name)
     assert load(catalog_hook, name).snapshot_by_id(int(first["snapshot_id"])) is None
+    # Renamed since: the same table (its uuid), so the same change.
+    renamed = f"{name}_renamed"
+    catalog_hook.catalog.rename_table(name, renamed)
+    name = renamed
     snapshots = [s.snapshot_id for s in load(catalog_hook, name).metadata.snapshots]
+    sets = store.sets
 
     operator, again = _try(name, store, 2, merge=merge)
 
     assert again["replayed"] is True
+    assert again["table"] == renamed
+    assert store.sets == sets  # nothing new to record
     assert again["snapshot_id"] == first["snapshot_id"]
     assert again["rows_deleted"] == again["rows_inserted"] == 3
     assert again["health"] is not None  # read again, not recorded

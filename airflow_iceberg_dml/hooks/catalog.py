@@ -126,7 +126,8 @@ class IcebergCatalogHook(IcebergHook):
 
         Each parent is found in an index of the metadata's snapshots, built once per walk: pyiceberg's
         ancestry helpers look each one up in the list (``snapshot_by_id``), so that a walk of the whole
-        history (a run key that has not committed) cost quadratic time, seconds at 20,000 snapshots.
+        history (a run key that has not committed) cost quadratic time: 29.7 times this walk's at 5,000
+        snapshots (bench/bench_history_lookup.py).
         """
         by_id = {each.snapshot_id: each for each in table.metadata.snapshots}
 

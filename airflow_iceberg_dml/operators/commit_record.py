@@ -11,8 +11,9 @@ store (Airflow 3.3+; a clear keeps it), for as long as the DAG run exists. When 
 commit of its run key in the history, it reads that record: a recorded snapshot that the table's
 metadata no longer has was expired, and the recorded result is returned, committing nothing. A recorded
 snapshot still in the metadata but no longer on the ref was rolled back (or the ref was reset): the
-change is applied again, as without a record. A record of another table (one dropped and created again
-under the same name: another table uuid) is not this change's.
+change is applied again, as without a record. A record is of one table, named by its uuid (a table
+renamed since is the same table; one dropped and created again under the same name is another), and
+one ref.
 """
 
 from __future__ import annotations
@@ -38,27 +39,22 @@ _NOT_RECORDED = frozenset({"health", "duration_s"})
 
 @dataclass(frozen=True)
 class CommitRecord:
-    """Which table a commit changed (catalog connection, the table's uuid) and the task's result."""
+    """Which table a commit changed (its uuid) and the task's result (which names the ref)."""
 
-    catalog: str
     table_uuid: str
     result: dict[str, Any]
 
-    def is_of(self, catalog: str, table_uuid: str, table: str, branch: str) -> bool:
-        """Whether the record is of this table and ref (the rendered table name may differ between tries)."""
-        return (self.catalog, self.table_uuid, self.result.get("table"), self.result.get("branch")) == (
-            catalog,
-            table_uuid,
-            table,
-            branch,
-        )
+    def is_of(self, table_uuid: str, branch: str) -> bool:
+        """Whether the record is of this table and ref."""
+        return (self.table_uuid, self.result.get("branch")) == (table_uuid, branch)
 
     @property
     def snapshot_id(self) -> int:
         return int(self.result["snapshot_id"])
 
     def replayed(self, **now: Any) -> DmlResult:
-        """The recorded result as a replay's: ``replayed``, with ``now``'s entries (duration, health)."""
+        """The recorded result as a replay's: ``replayed``, with ``now``'s entries (the table's name,
+        duration, health)."""
         return cast("DmlResult", {**self.result, "replayed": True, **now})
 
 
@@ -72,7 +68,7 @@ def record_commit(store: TaskStateStore | None, record: CommitRecord, log: loggi
     from airflow.sdk.execution_time.context import NEVER_EXPIRE  # with the task state store (3.3+)
 
     result = {key: value for key, value in record.result.items() if key not in _NOT_RECORDED}
-    value: JsonValue = {"catalog": record.catalog, "table_uuid": record.table_uuid, "result": result}
+    value: JsonValue = {"table_uuid": record.table_uuid, "result": result}
     try:
         store.set(COMMIT_RECORD_KEY, value, retention=NEVER_EXPIRE)
     except AirflowRuntimeError as error:
@@ -95,7 +91,7 @@ def recorded_commit(store: TaskStateStore | None, log: logging.Logger | Any) -> 
         return None
     if not isinstance(value, dict) or not isinstance(result := value.get("result"), dict):
         return None
-    catalog, table_uuid = value.get("catalog"), value.get("table_uuid")
-    if not isinstance(catalog, str) or not isinstance(table_uuid, str) or not result.get("snapshot_id"):
+    table_uuid = value.get("table_uuid")
+    if not isinstance(table_uuid, str) or not result.get("snapshot_id"):
         return None
-    return CommitRecord(catalog, table_uuid, dict(result))
+    return CommitRecord(table_uuid, dict(result))

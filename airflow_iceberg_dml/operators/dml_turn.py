@@ -209,8 +209,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
             return None
         record = recorded_commit(run.context.get("task_state_store"), self.log)
         branch = spec.branch or "main"
-        uuid = str(table.metadata.table_uuid)
-        if record is None or not record.is_of(self.catalog_conn_id, uuid, self.table, branch):
+        if record is None or not record.is_of(str(self._commit_table_uuid), branch):
             return None
         if table.snapshot_by_id(record.snapshot_id) is not None:
             self.log.info(
@@ -228,14 +227,14 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
             record.snapshot_id,
             record.result.get("committed_at"),
         )
-        return record.replayed(
-            duration_s=run.elapsed(), health=health_payload(self._health_after(run.catalog_hook, table))
-        )
+        self._commit_table_uuid = None  # recorded already: nothing to record again
+        health = health_payload(self._health_after(run.catalog_hook, table))
+        return record.replayed(table=self.table, duration_s=run.elapsed(), health=health)
 
     def report(self, run: JobRun, result: DmlResult) -> None:
         """Record the commit in the task state store (exactly once past snapshot expiry), then report it."""
         if self._commit_table_uuid is not None and not result["noop"] and result["snapshot_id"]:
-            record = CommitRecord(self.catalog_conn_id, self._commit_table_uuid, dict(result))
+            record = CommitRecord(self._commit_table_uuid, dict(result))
             record_commit(run.context.get("task_state_store"), record, self.log)
         super().report(run, result)
 

@@ -289,9 +289,9 @@ class IcebergMergeOperator(BaseIcebergDmlOperator):
             except Exception as error:  # noqa: BLE001 - lineage is informative: it never fails the task
                 self.log.info("No lineage for the source %s: %s", self.source_table, error)
         planned = super().plan(run, table)
-        wanted = self.merge_source().snapshot_id
-        missing = source is not None and wanted is not None and source.snapshot_by_id(wanted) is None
-        if isinstance(planned, JobPlan) and missing:
+        spec = planned.spec if isinstance(planned, JobPlan) else None
+        wanted = spec.source.snapshot_id if isinstance(spec, MergeSpec) else None
+        if source is not None and wanted is not None and source.snapshot_by_id(wanted) is None:
             raise SnapshotNotFoundError(
                 f"source_snapshot_id={wanted} is not a snapshot of {self.source_table} (a wrong id, or "
                 "expired): there is no such version of the source to read. Nothing was written."
