@@ -214,6 +214,49 @@ def test_update_every_row_rewrites_without_delete_files_even_on_partition_column
     assert partitions == {"o", "f", "p"}
 
 
+def _row_lineage(spark: SparkSession, name: str) -> dict[int, tuple[int, int]]:
+    """Each order's ``_row_id`` and ``_last_updated_sequence_number``, as Iceberg's reader gives them."""
+    spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
+    query = f"SELECT order_id, _row_id, _last_updated_sequence_number FROM {CATALOG}.{name}"
+    return {row[0]: (row[1], row[2]) for row in spark.sql(query).collect()}
+
+
+@pytest.mark.parametrize("mode", [WriteMode.MERGE_ON_READ, WriteMode.COPY_ON_WRITE])
+def test_an_update_of_every_row_keeps_each_rows_id_on_a_table_with_row_lineage(
+    spark, catalog_hook, mode
+) -> None:
+    """Format v3: an updated row keeps its ``_row_id`` and takes the commit's sequence number, as the
+    spec asks of a changed row; a rewrite would have written every row as a new one."""
+    name = create_orders_table(spark, new_table_name("lineage_all"), rows=60, format_version=3)
+    lineage = _row_lineage(spark, name)
+    data_files = int(summary(load(catalog_hook, name))["total-data-files"])
+    expected = {
+        row[0]: (row[0], row[1], row[2].lower(), row[3] * 2, row[4])
+        for row in pyiceberg_rows(load(catalog_hook, name))
+    }
+
+    record = run(
+        spark,
+        name,
+        JobKind.UPDATE,
+        where="TRUE",
+        assignments={"status": "lower(status)", "amount": "amount * 2"},
+        write_mode=mode,
+    )
+
+    table = load(catalog_hook, name)
+    assert {row[0]: row for row in pyiceberg_rows(table)} == expected
+    sequence_number = table.current_snapshot().sequence_number
+    assert _row_lineage(spark, name) == {
+        order_id: (row_id, sequence_number) for order_id, (row_id, _) in lineage.items()
+    }
+    assert len({row_id for row_id, _ in lineage.values()}) == 60
+    assert (record.plan, record.write_mode) == (Plan.ROW_LEVEL, mode.value)
+    # Merge-on-read: a deletion vector for each data file; copy-on-write: none, as a rewrite.
+    deletion_vectors = data_files if mode is WriteMode.MERGE_ON_READ else 0
+    assert summary(table)["total-delete-files"] == str(deletion_vectors)
+
+
 def test_an_append_during_an_update_of_every_row_fails_it_or_is_replanned_never_lost(
     spark, catalog_hook, monkeypatch
 ) -> None:

@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
+#: The format version from which Iceberg tracks row lineage: an updated row keeps its ``_row_id``.
+ROW_LINEAGE_FORMAT = 3
+
 
 def _one_line(statement: str) -> str:
     """The statement on one log line (it holds no comment: those are refused)."""
@@ -272,6 +275,11 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
     def _plan(self) -> Plan:
         """Row-level unless the predicate is a constant: then its value decides (truncate/rewrite or no-op).
 
+        An UPDATE of every row of a table with row lineage (format v3) stays row-level: Spark's UPDATE
+        keeps each row's ``_row_id``, as the spec requires of a row that is changed; the rewrite's
+        overwrite would write every row as a new one. In merge-on-read mode that UPDATE writes a
+        deletion vector per data file, which compaction folds away.
+
         The predicate is evaluated with no table in scope. The optimized plan cannot decide this:
         a filter that Iceberg answers in full (an identity-partition column) leaves no Filter node.
         """
@@ -284,9 +292,17 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
                 raise InvalidPredicateError(f"where={self.spec.where!r}: {error_message(error)}") from None
             # Needs columns: row-level. Whether any row matches is asked of the data (_matches_any).
             return Plan.ROW_LEVEL
-        if value is True:
-            return Plan.TRUNCATE if self.spec.kind is JobKind.DELETE else Plan.REWRITE
-        return Plan.NOOP  # constant false or NULL: matches no row
+        if value is not True:
+            return Plan.NOOP  # constant false or NULL: matches no row
+        if self.spec.kind is JobKind.DELETE:
+            return Plan.TRUNCATE
+        if int(self.state.properties().get("format-version", "2")) >= ROW_LINEAGE_FORMAT:
+            log(
+                "Every row is to change: a row-level UPDATE, not a rewrite, so that each row keeps its "
+                "_row_id (the table has row lineage, format v3)."
+            )
+            return Plan.ROW_LEVEL
+        return Plan.REWRITE
 
     def _resolve_write_mode(self, properties: Mapping[str, str]) -> WriteMode:
         """Which mode this change will use; set the table property when the table has none."""

@@ -17,7 +17,8 @@ class IcebergUpdateOperator(BaseIcebergDmlOperator):
     delete files (deletion vectors on v3) and the new rows appended, in one commit. Updating a
     partition column moves the rows to their new partition in that same commit.
     ``where="TRUE"`` is planned as a rewrite: every row is rewritten and the old files replaced
-    in one atomic overwrite, with no delete file, also when a partition column changes.
+    in one atomic overwrite, with no delete file, also when a partition column changes. On a format
+    v3 table (row lineage) it stays a row-level UPDATE, so that each row keeps its ``_row_id``.
 
     :param set: Column name to Spark SQL expression, e.g. ``{"status": "'closed'",
         "amount": "amount * :rate"}``. Expressions see the row's current values. A key is one

@@ -61,7 +61,8 @@ class Plan(StrEnum):
     TRUNCATE = "truncate"
     """A constant-true DELETE: every data and delete file is dropped in one metadata-only commit."""
     REWRITE = "rewrite"
-    """A constant-true UPDATE: all rows rewritten and the old files replaced in one commit."""
+    """A constant-true UPDATE: all rows rewritten and the old files replaced in one commit (on a table
+    with row lineage, format v3, such an UPDATE is ``ROW_LEVEL``: rows keep their ``_row_id``)."""
     OVERWRITE = "overwrite"
     """A slice overwrite whose slice is whole files: they are dropped and the new rows added in one
     overwrite commit, no delete file written."""
