@@ -185,6 +185,9 @@ class CatalogConfig:
         """A new pyiceberg catalog client for this catalog."""
         from pyiceberg.catalog import load_catalog
 
+        from airflow_iceberg_dml.variant_type import read_variant_columns
+
+        read_variant_columns()
         return load_catalog(self.name, **self.pyiceberg_properties())
 
     def spark_properties(self) -> dict[str, str]:

@@ -122,6 +122,11 @@ class SnapshotNotFoundError(IcebergDmlError):
     all to check (a table never written)."""
 
 
+class UnsupportedTableError(IcebergDmlError):
+    """The table's metadata holds a type that pyiceberg, which the operators read metadata with, does
+    not know (a ``list<variant>`` column, or a type newer than the installed pyiceberg)."""
+
+
 class CatalogUnavailableError(IcebergDmlError):
     """The catalog could not be reached (connection refused, timeout, server error); polling goes on."""
 

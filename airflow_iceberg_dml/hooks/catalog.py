@@ -8,18 +8,21 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk.exceptions import AirflowNotFoundException
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ValidationError
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
 from airflow_iceberg_dml.commits import CommitMarks, ours, walk_back
+from airflow_iceberg_dml.compat import PYICEBERG
 from airflow_iceberg_dml.exceptions import (
     BranchNotFoundError,
     CatalogConnectionNotFoundError,
     TableNotFoundError,
+    UnsupportedTableError,
 )
 from airflow_iceberg_dml.result import summary_of
 from airflow_iceberg_dml.sql import split_table_name
+from airflow_iceberg_dml.variant_type import unknown_type
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -105,6 +108,15 @@ class IcebergCatalogHook(IcebergHook):
         except (NoSuchTableError, NoSuchNamespaceError):
             raise TableNotFoundError(
                 f"Table {table_name!r} does not exist in catalog {self.catalog_config.name!r}."
+            ) from None
+        except (ValidationError, ValueError) as error:  # metadata that pyiceberg cannot parse
+            unknown = unknown_type(error)
+            if unknown is None:
+                raise
+            raise UnsupportedTableError(
+                f"Table {table_name!r} has a column of type {unknown!r}, which {PYICEBERG.describe()} cannot "
+                "read, and the operators read a table's metadata with it (variant columns are read at the "
+                "top level and in structs, not as a list's element or a map's key or value)."
             ) from None
 
     @staticmethod

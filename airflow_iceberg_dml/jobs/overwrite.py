@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
     from airflow_iceberg_dml.specs.merge import MergeSpec
 
+#: The types whose columns pair rows in the MERGE's ``on`` (compared with ``<=>`` and ``<``): atomic,
+#: ordered ones. A variant, a map, a struct or an array is left out; fewer keys only make the join wider.
+_KEY_TYPES = frozenset(
+    {"boolean", "byte", "short", "integer", "long", "float", "double", "decimal", "string", "binary"}
+    | {"char", "varchar", "date", "timestamp", "timestamp_ntz"}
+)
 #: The physical plan of a DELETE that Spark carries out from metadata alone (whole files dropped).
 _METADATA_ONLY_DELETE = "DeleteFromTable"
 
@@ -65,7 +71,7 @@ class OverwriteJob(MergeJob):
                 f"An overwrite writes whole rows of {spec.table!r} (columns {self.columns}): the source "
                 f"lacks {missing or 'none'} and has {extra or 'none'} besides."
             )
-        keys = [field.name for field in fields if field.dataType.typeName() not in ("struct", "map", "array")]
+        keys = [field.name for field in fields if field.dataType.typeName() in _KEY_TYPES]
         plain = merge_sql.Pairing(self.target, spec.target_alias, self._source(), spec.source.alias, "FALSE")
         bound, self.clauses = merge_sql.slice_overwrite(plain, self.columns, keys, self.predicate)
         shown, self.shown_clauses = merge_sql.slice_overwrite(
