@@ -337,6 +337,29 @@ def test_copy_on_write_table_is_refused_unless_asked(spark, catalog_hook) -> Non
     assert int(s["deleted-data-files"]) >= 1
 
 
+def test_merge_on_read_on_a_format_v1_table_fails_without_setting_the_mode(spark, catalog_hook) -> None:
+    """Format v1 has no delete files. The default mode fails there, naming the way out, and leaves the
+    table as it was: before the check, the job set ``write.<kind>.mode=merge-on-read`` (a metadata
+    commit that failed every later DELETE on the table, any engine's) and then failed with a
+    retryable error (Spark's "Deletes are supported in V2 and above")."""
+    name = create_orders_table(spark, new_table_name("format_v1"), rows=300, format_version=1)
+    location = load(catalog_hook, name).metadata_location
+    update = {"kind": JobKind.UPDATE, "assignments": {"amount": "0.0"}}
+    for kind in ({}, update):
+        with pytest.raises(WriteModeConflictError, match=r"format version 1, .*write_mode='copy-on-write'"):
+            run(spark, name, where="order_id <= 3", **kind)
+    assert load(catalog_hook, name).metadata_location == location  # not even a property
+
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} SET TBLPROPERTIES ('write.update.mode' = 'merge-on-read')")
+    with pytest.raises(WriteModeConflictError, match=r"\(the table has write\.update\.mode=merge-on-read\)"):
+        run(spark, name, where="order_id <= 3", **update, write_mode=WriteMode.TABLE)
+
+    record = run(spark, name, where="order_id <= 3", write_mode=WriteMode.COPY_ON_WRITE)
+    assert record.write_mode == "copy-on-write"
+    rows = pyiceberg_rows(load(catalog_hook, name))
+    assert [row[0] for row in rows] == list(range(4, 301))
+
+
 def test_unset_write_mode_is_set_to_merge_on_read(spark, catalog_hook) -> None:
     name = create_orders_table(spark, new_table_name("unset"), rows=100)
     run(spark, name, where="order_id = 1")

@@ -85,7 +85,8 @@ class BaseIcebergDmlOperator(
     :param branch: Change this branch instead of ``main``; it must exist. (templated)
     :param write_mode: ``merge-on-read`` (default), ``copy-on-write``, or ``table`` to follow the
         table's property. When the table's property is unset it is set to the requested mode; when
-        it is set to the other mode the task fails, committing nothing.
+        it is set to the other mode the task fails, committing nothing. A format v1 table has no
+        delete files: merge-on-read fails there too (give ``copy-on-write``).
     :param expected_snapshot_id: The snapshot the change must start from, e.g. the one a sensor or
         a data-quality check saw (``"{{ ti.xcom_pull('check')['snapshot_id'] }}"``). When the
         branch head is another snapshot the task fails before writing, unless only earlier tries of
