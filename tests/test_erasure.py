@@ -720,6 +720,35 @@ def test_bad_input_is_refused_before_anything_is_written(spark, catalog_hook):
     assert load(catalog_hook, orders).current_snapshot().snapshot_id == head
 
 
+def test_a_format_v1_table_among_the_targets_is_refused_before_any_table_is_erased(catalog_hook):
+    """Format v1 has no delete files: with the default merge-on-read, the erasure fails before the job,
+    naming that table, instead of erasing the tables before it and failing on it."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from airflow_iceberg_dml.exceptions import WriteModeConflictError
+
+    schema = Schema(NestedField(1, "customer_id", LongType(), required=False))
+    first, legacy = new_table_name("erase_v2"), new_table_name("erase_v1")
+    tables = {
+        name: catalog_hook.catalog.create_table(name, schema, properties={"format-version": version})
+        for name, version in ((first, "2"), (legacy, "1"))
+    }
+    context = task_context(RunKey("d", "erase", "r"))
+
+    def erase(**kwargs: Any) -> ErasureSpec:
+        targets = {first: "customer_id", legacy: "customer_id"}
+        operator = IcebergEraseOperator(task_id="erase", tables=targets, subjects=[7], **kwargs)
+        return operator.build_spec(context, tables)
+
+    with pytest.raises(
+        WriteModeConflictError, match=rf"Table '{legacy}' is format version 1, .*copy-on-write"
+    ):
+        erase()
+    assert [target.table for target in erase(write_mode="copy-on-write").targets] == [first, legacy]
+    assert erase(mode="purge").targets  # a purge deletes nothing: no write mode to check
+
+
 def test_an_empty_subject_list_is_a_noop_that_commits_nothing(spark, catalog_hook, airflow_db):
     from tests.dags.erasure_test_dag import dag_v2_unpartitioned as dag
 

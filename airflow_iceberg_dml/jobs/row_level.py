@@ -31,32 +31,41 @@ def resolve_write_mode(
     operation: str,
     requested: WriteMode,
 ) -> WriteMode:
-    """Which mode a change of ``operation`` (delete, update, merge) will use; the table's property
-    ``write.<operation>.mode`` is set to ``requested`` when the table has none.
+    """Which mode a change of ``operation`` (delete, update, merge) will use (:func:`write_mode_of`); the
+    table's property ``write.<operation>.mode`` is set to ``requested`` when the table has none."""
+    mode = write_mode_of(state.table, properties, operation, requested)
+    key = f"write.{operation}.mode"
+    if not properties.get(key) and requested is not WriteMode.TABLE:
+        log(f"Table property {key} is unset (Iceberg default: copy-on-write); setting it to {mode.value}.")
+        spark.sql(sql.set_table_property(state.identifier, key, mode.value))
+    return mode
 
-    A format version 1 table has no delete files: merge-on-read fails there, before the property is
-    set (Spark would fail the statement, and a property left set would fail other engines' changes)."""
+
+def write_mode_of(
+    table: str, properties: Mapping[str, str], operation: str, requested: WriteMode
+) -> WriteMode:
+    """The mode a change of ``operation`` will use on a table of ``properties`` (``format-version``
+    among them), or :class:`WriteModeConflictError` naming the way out, before anything is written: the
+    table's property names the other mode, or merge-on-read on format version 1, which has no delete
+    files (Spark would fail the statement, and a property set to it would fail other engines' changes)."""
     key = f"write.{operation}.mode"
     configured_text = properties.get(key)
     configured = WriteMode(configured_text) if configured_text else None
     if configured is not None and requested not in (WriteMode.TABLE, configured):
         raise WriteModeConflictError(
-            f"Table {state.table!r} has {key}={configured.value} but "
+            f"Table {table!r} has {key}={configured.value} but "
             f"write_mode={requested.value} was requested. Pass write_mode='{configured.value}' or "
             "write_mode='table' to follow the table, or change the table property."
         )
     mode = (configured or ICEBERG_DEFAULT_WRITE_MODE) if requested is WriteMode.TABLE else requested
     if mode is WriteMode.MERGE_ON_READ and properties.get("format-version") == "1":
         raise WriteModeConflictError(
-            f"Table {state.table!r} is format version 1, which has no delete files: a merge-on-read "
+            f"Table {table!r} is format version 1, which has no delete files: a merge-on-read "
             f"{operation.upper()} cannot be written"
             + (f" (the table has {key}={mode.value})" if configured is mode else "")
             + ". Pass write_mode='copy-on-write', or upgrade the table: ALTER TABLE ... SET TBLPROPERTIES "
             "('format-version' = '2'). Nothing was changed."
         )
-    if configured is None and requested is not WriteMode.TABLE:
-        log(f"Table property {key} is unset (Iceberg default: copy-on-write); setting it to {mode.value}.")
-        spark.sql(sql.set_table_property(state.identifier, key, mode.value))
     return mode
 
 

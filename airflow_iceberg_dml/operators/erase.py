@@ -40,7 +40,6 @@ from airflow_iceberg_dml.erasure_report import (
 from airflow_iceberg_dml.exceptions import ErasureIncompleteError, InvalidSubjectsError
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.hooks.erasure_storage import ErasureStorageHook
-from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,
@@ -52,8 +51,8 @@ from airflow_iceberg_dml.operators.base import (
 from airflow_iceberg_dml.operators.erase_input import (
     Duration,
     Through,
+    check_target,
     checked_subjects,
-    column_type,
     duration_ms,
     erasure_targets,
     iso_time,
@@ -240,21 +239,9 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
                     + (f": {problem}" if problem else f", not {query.strip()[:40]!r}.")
                 )
         for target in self.targets:
-            key_type = column_type(tables[target.table], target.table, target.column)
-            subject_column = (target.through_table or target.table, target.through_subject or target.column)
-            subject_type = column_type(tables[subject_column[0]], *subject_column)
-            if target.through_table is not None:
-                column_type(tables[target.through_table], target.through_table, target.through_key or "")
-            if key_kind(key_type) is None:
-                raise InvalidSubjectsError(
-                    f"{target.table}.{target.column} is {key_type}: erasure keys must be integers or strings."
-                )
-            for key in subjects or ():
-                if value_kind(key) != key_kind(subject_type):
-                    raise InvalidSubjectsError(
-                        f"subjects: a {type(key).__name__} key cannot name rows of "
-                        f"{subject_column[0]}.{subject_column[1]} ({subject_type})."
-                    )
+            check_target(
+                tables, target, subjects, self.write_mode if self.mode is ErasureMode.ERASE else None
+            )
         erasure_id = self.erasure_id(context)
         deadline = datetime.now(tz=UTC) + timedelta(
             milliseconds=duration_ms("purge_within", self.purge_within)

@@ -10,11 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError
-from airflow_iceberg_dml.jobs.erase import value_kind
+from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
+from airflow_iceberg_dml.jobs.row_level import write_mode_of
 from airflow_iceberg_dml.procedures import parse_age
-from airflow_iceberg_dml.spec import ErasureTarget
+from airflow_iceberg_dml.spec import ErasureTarget, WriteMode
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.spec import ScalarParameter
@@ -84,6 +87,37 @@ def column_type(table: Table, name: str, column: str) -> str:
     raise UnknownColumnError(
         f"Table {name!r} has no column {column!r} (columns: {sorted(f.name for f in table.schema().fields)})."
     )
+
+
+def check_target(
+    tables: Mapping[str, Table],
+    target: ErasureTarget,
+    subjects: Sequence[Any] | None,
+    write_mode: WriteMode | None,
+) -> None:
+    """One target of an erasure checked against its tables, before any table of the erasure is changed:
+    its columns exist, its key is an integer or a string, the subjects' keys are of that kind, and its
+    DELETE can be written in ``write_mode`` (None: the task deletes nothing): not merge-on-read on a format
+    version 1 table, nor the mode the table is not configured for."""
+    table = tables[target.table]
+    if write_mode is not None:
+        properties = {"format-version": str(table.format_version), **table.properties}
+        write_mode_of(target.table, properties, "delete", write_mode)
+    key_type = column_type(table, target.table, target.column)
+    subject_column = (target.through_table or target.table, target.through_subject or target.column)
+    subject_type = column_type(tables[subject_column[0]], *subject_column)
+    if target.through_table is not None:
+        column_type(tables[target.through_table], target.through_table, target.through_key or "")
+    if key_kind(key_type) is None:
+        raise InvalidSubjectsError(
+            f"{target.table}.{target.column} is {key_type}: erasure keys must be integers or strings."
+        )
+    for key in subjects or ():
+        if value_kind(key) != key_kind(subject_type):
+            raise InvalidSubjectsError(
+                f"subjects: a {type(key).__name__} key cannot name rows of "
+                f"{subject_column[0]}.{subject_column[1]} ({subject_type})."
+            )
 
 
 def checked_subjects(subjects: Any) -> list[ScalarParameter]:
