@@ -123,8 +123,9 @@ class SnapshotNotFoundError(IcebergDmlError):
 
 
 class UnsupportedTableError(IcebergDmlError):
-    """The table's metadata holds a type that pyiceberg, which the operators read metadata with, does
-    not know (a ``list<variant>`` column, or a type newer than the installed pyiceberg)."""
+    """The table is of a kind the task cannot handle: its metadata holds a type that pyiceberg, which the
+    operators read metadata with, does not know (a ``list<variant>`` column, or a type newer than the
+    installed pyiceberg), or an erasure's table has files in a format its proof does not read (ORC, Avro)."""
 
 
 class CatalogUnavailableError(IcebergDmlError):

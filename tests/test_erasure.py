@@ -749,6 +749,39 @@ def test_a_format_v1_table_among_the_targets_is_refused_before_any_table_is_eras
     assert erase(mode="purge").targets  # a purge deletes nothing: no write mode to check
 
 
+def test_a_table_with_files_the_proof_cannot_read_is_refused_before_anything_is_erased(spark, catalog_hook):
+    """The erasure reads data and delete files as Parquet. A table that writes ORC is refused by the
+    operator; one that holds ORC files from before it switched to Parquet, by the job, before its first
+    commit (the purge used to fail on the first ORC delete file, retryably, after erasing)."""
+    from airflow_iceberg_dml.exceptions import UnsupportedTableError
+
+    name = new_table_name("erase_orc")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, customer_id BIGINT) USING iceberg TBLPROPERTIES "
+        "('format-version' = '2', 'write.format.default' = 'orc')"
+    )
+    spark.sql(f"INSERT INTO {CATALOG}.{name} SELECT id, {BASE} + id % 10 FROM range(100)")
+
+    def erasure(mode: str) -> ErasureSpec:
+        operator = IcebergEraseOperator(
+            task_id=mode, mode=mode, tables={name: "customer_id"}, subjects=[BASE + 3]
+        )
+        return operator.build_spec(task_context(RunKey("d", mode, "r")), {name: load(catalog_hook, name)})
+
+    for mode in ("erase", "purge"):
+        with pytest.raises(
+            UnsupportedTableError, match=rf"'{name}' writes ORC files \(write\.format\.default"
+        ):
+            erasure(mode)
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} SET TBLPROPERTIES ('write.format.default' = 'parquet')")
+    head = load(catalog_hook, name).current_snapshot().snapshot_id
+    for mode in ("erase", "purge"):
+        record = run_spec(spark, erasure(mode))
+        assert (record.error_type, record.retryable) == ("UnsupportedTableError", False), record
+        assert f"Table '{name}' has ORC files" in (record.error_message or "")
+    assert load(catalog_hook, name).current_snapshot().snapshot_id == head
+
+
 def test_an_empty_subject_list_is_a_noop_that_commits_nothing(spark, catalog_hook, airflow_db):
     from tests.dags.erasure_test_dag import dag_v2_unpartitioned as dag
 

@@ -113,6 +113,9 @@ class ErasureJob(PurgeSteps):
             f"{spec.mode.value.capitalize()} of erasure {spec.erasure_id} on "
             f"{', '.join(target.table for target in spec.targets)}, Spark application {self.app_id}"
         )
+        read = (name for target in spec.targets for name in (target.table, target.through_table) if name)
+        for table in dict.fromkeys(read):
+            self._check_file_formats(table)
         subject_types = [self._subject_type(target) for target in spec.targets]
         subjects = self._subjects(subject_types)
         if not subjects:

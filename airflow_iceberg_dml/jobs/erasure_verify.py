@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.exceptions import UnknownColumnError
+from airflow_iceberg_dml.exceptions import UnknownColumnError, UnsupportedTableError
 from airflow_iceberg_dml.jobs.runner import error_condition, log
 from airflow_iceberg_dml.jobs.table_state import TableState
 
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from airflow_iceberg_dml.spec import ErasureSpec, ErasureTarget
+
+
+#: The file formats the erasure reads: data and delete files as Parquet, deletion vectors in Puffin files.
+READ_FORMATS = frozenset({"PARQUET", "PUFFIN"})
 
 
 def normalized_path(path: str) -> str:
@@ -43,6 +47,25 @@ class ErasureVerification:
         raise UnknownColumnError(
             f"Table {table!r} has no column {column!r} (columns: {sorted(f.name for f in fields)})."
         )
+
+    def _check_file_formats(self, table: str) -> None:
+        """:class:`UnsupportedTableError` when a file of ``table``, in any snapshot, is in a format the
+        erasure does not read (it reads data and delete files as Parquet, deletion vectors as Puffin),
+        before anything is erased: the proof would miss what such a file holds."""
+        state = TableState(self.spark, self.spec.catalog, table)
+        state.refresh()
+        query = sql.metadata_query(
+            state.identifier, "all_files", "DISTINCT upper(file_format) AS file_format"
+        )
+        formats = {str(row.file_format) for row in self.spark.sql(query).collect()} - READ_FORMATS
+        if formats:
+            raise UnsupportedTableError(
+                f"Table {table!r} has {' and '.join(sorted(formats))} files, and an erasure reads Parquet "
+                "files only: its proof would not read them. Rewrite the table as Parquet first "
+                "('write.format.default' and 'write.delete.format.default' = 'parquet', then "
+                "rewrite_data_files with 'rewrite-all', then expire the snapshots that reference the old "
+                "files). Nothing was erased."
+            )
 
     def _refs(self, state: TableState) -> list[tuple[str, str, int]]:
         rows = self.spark.sql(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError
+from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError, UnsupportedTableError
 from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
 from airflow_iceberg_dml.jobs.row_level import write_mode_of
 from airflow_iceberg_dml.procedures import parse_age
@@ -100,6 +100,9 @@ def check_target(
     DELETE can be written in ``write_mode`` (None: the task deletes nothing): not merge-on-read on a format
     version 1 table, nor the mode the table is not configured for."""
     table = tables[target.table]
+    for name in (target.table, target.through_table):
+        if name is not None:
+            check_file_formats(tables[name], name)
     if write_mode is not None:
         properties = {"format-version": str(table.format_version), **table.properties}
         write_mode_of(target.table, properties, "delete", write_mode)
@@ -117,6 +120,20 @@ def check_target(
             raise InvalidSubjectsError(
                 f"subjects: a {type(key).__name__} key cannot name rows of "
                 f"{subject_column[0]}.{subject_column[1]} ({subject_type})."
+            )
+
+
+def check_file_formats(table: Table, name: str) -> None:
+    """:class:`~airflow_iceberg_dml.exceptions.UnsupportedTableError` when ``table`` writes data or delete
+    files in a format the erasure's proof does not read (it reads Parquet); the job also checks the
+    files every snapshot has."""
+    data = table.properties.get("write.format.default", "parquet")
+    for key, value in (("write.format.default", data), ("write.delete.format.default", data)):
+        written = table.properties.get(key, value)
+        if written.lower() != "parquet":
+            raise UnsupportedTableError(
+                f"Table {name!r} writes {written.upper()} files ({key} = {written!r}), and an erasure reads "
+                "Parquet files only. Set it to 'parquet' and rewrite the table's files first."
             )
 
 
