@@ -1,7 +1,8 @@
 """The purge's check of every layer of a table, read by the worker from storage itself.
 
 The Spark job reads the data files (every row, no delete file applied). This module reads everything
-else under the table's location, each file by its own format and never through Spark's view:
+else under the table's location and its write paths (:mod:`~airflow_iceberg_dml.table_paths`), each
+file by its own format and never through Spark's view:
 
 - manifests (Avro, every entry: ADDED, EXISTING and DELETED): the key column's lower and upper bounds,
   partition values derived from the key, and the file paths they name;
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from airflow_iceberg_dml.erasure_keys import keeps_value, key_names, redacted
+from airflow_iceberg_dml.table_paths import is_under, storage_roots
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -100,6 +102,8 @@ class LayerScan:
         scheme, netloc, self.root = PyArrowFileIO.parse_location(table.location())
         self.scheme = scheme
         self.fs: FileSystem = table.io.fs_by_scheme(scheme, netloc)
+        #: Where the table's files are (its location, and its write paths outside it), and its metadata.
+        self.roots, self.metadata_roots = storage_roots(table)
         schema = table.schema()
         key_field = schema.find_field(column, case_sensitive=False)
         self.key_id, self.key_type = key_field.field_id, str(key_field.field_type)
@@ -148,10 +152,14 @@ class LayerScan:
     def listing(self) -> list[FileInfo]:
         from pyarrow.fs import FileSelector
 
-        return list(self.fs.get_file_info(FileSelector(self.root, recursive=True, allow_not_found=True)))
+        return [
+            info
+            for root in self.roots
+            for info in self.fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+        ]
 
     def _in_metadata(self, path: str) -> bool:
-        return path.startswith(self.root.rstrip("/") + "/metadata/")
+        return any(is_under(path, root) for root in self.metadata_roots)
 
     def _read(self, found: LayerCheck, path: str, layer: str, reader: Any) -> None:
         found.files[layer] += 1
@@ -185,7 +193,8 @@ class LayerScan:
             self._text(found, path, layer, where, text)
 
     def _name(self, found: LayerCheck, path: str) -> None:
-        relative = path[len(self.root) :].lstrip("/")
+        root = max((root for root in self.roots if is_under(path, root)), key=len, default=self.root)
+        relative = path[len(root) :].lstrip("/")
         if any(self._segment_holds_key(segment) for segment in relative.split("/")):
             found.residues.append(Residue(path, NAMES, "a folder or file name"))
 

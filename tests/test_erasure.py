@@ -782,6 +782,57 @@ def test_a_table_with_files_the_proof_cannot_read_is_refused_before_anything_is_
     assert load(catalog_hook, name).current_snapshot().snapshot_id == head
 
 
+def test_a_table_that_writes_its_data_outside_its_location_is_purged_and_checked_there_too(
+    spark, catalog_hook, spark_default_over_connect, tmp_path
+):
+    """``write.data.path``: the data files, and the folders named by the key, are outside the table's
+    location. The purge lists and reads that path too (before, it reported clean while a folder named
+    by the erased key, and a stray file holding it, were left there)."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    data_path = tmp_path / "elsewhere"
+    name = new_table_name("data_path")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, customer_id BIGINT) USING iceberg "
+        f"PARTITIONED BY (customer_id) TBLPROPERTIES ('format-version' = '2', 'write.data.path' = "
+        f"'file://{data_path}')"
+    )
+    spark.sql(f"INSERT INTO {CATALOG}.{name} SELECT id, {BASE} + id % 10 FROM range(100)")
+    erased = BASE + 3
+    folder = data_path / f"customer_id={erased}"
+    stray = data_path / "stray" / "copy.parquet"  # a file no snapshot references, holding the key
+    stray.parent.mkdir()
+    shutil.copy(next(folder.glob("*.parquet")), stray)
+
+    def task(mode: str) -> Any:
+        operator = IcebergEraseOperator(
+            task_id=mode,
+            mode=mode,
+            tables={name: "customer_id"},
+            subjects=[erased],
+            purge_ahead=timedelta(days=365),
+            orphan_grace=timedelta(0),
+            min_retention=timedelta(0),
+        )
+        ti = SimpleNamespace(dag_id="data_path", task_id=mode, run_id="r1", map_index=-1, try_number=1)
+        events = {operator.outlets[0]: SimpleNamespace(add=lambda *_, **__: None)}
+        return operator.execute({"ti": ti, "outlet_events": events})
+
+    task("erase")
+    report = task("purge")
+
+    assert report["tables"][name]["verification"]["clean"] is True
+    left = [str(path) for path in data_path.rglob("*") if str(erased) in path.name or path == stray]
+    assert left == []
+    customers = pq.read_table(
+        next(data_path.rglob("*.parquet")), columns=["customer_id"]
+    )  # the data is there
+    assert customers.num_rows > 0
+    rows = load(catalog_hook, name).scan().to_arrow()["customer_id"].to_pylist()
+    assert sorted(rows) == sorted(BASE + i % 10 for i in range(100) if BASE + i % 10 != erased)
+
+
 def test_an_empty_subject_list_is_a_noop_that_commits_nothing(spark, catalog_hook, airflow_db):
     from tests.dags.erasure_test_dag import dag_v2_unpartitioned as dag
 

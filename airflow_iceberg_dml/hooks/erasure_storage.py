@@ -293,9 +293,9 @@ def _write_local_once(path: Path, payload: bytes) -> None:
 
 
 def clean_empty_folders(scan: LayerScan) -> list[str]:
-    """Remove the folders under the table's location that hold no file any more (a purged partition's),
-    and Hadoop's checksum files whose file is gone; local storage only (object stores have no folders).
-    The folders removed."""
+    """Remove the folders under the table's location and write paths that hold no file any more (a
+    purged partition's), and Hadoop's checksum files whose file is gone; local storage only (object
+    stores have no folders). The folders removed."""
     from pyarrow.fs import LocalFileSystem
 
     if not isinstance(scan.fs, LocalFileSystem):
@@ -310,7 +310,8 @@ def clean_empty_folders(scan: LayerScan) -> list[str]:
     removed = []
     folders = sorted((info.path for info in listing if not info.is_file), key=len, reverse=True)
     for folder in folders:
-        if folder.rstrip("/") in (scan.root.rstrip("/") + "/data", scan.root.rstrip("/") + "/metadata"):
+        kept = {scan.root.rstrip("/") + "/data", *scan.metadata_roots, *scan.roots}
+        if folder.rstrip("/") in kept:
             continue
         if not any(path.startswith(folder.rstrip("/") + "/") for path in files):
             scan.fs.delete_dir(folder)

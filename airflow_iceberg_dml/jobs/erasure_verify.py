@@ -10,6 +10,7 @@ from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import UnknownColumnError, UnsupportedTableError
 from airflow_iceberg_dml.jobs.runner import error_condition, log
 from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.table_paths import DATA_WRITE_PATHS, write_paths
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -96,7 +97,7 @@ class ErasureVerification:
 
     def _files(self, state: TableState) -> TableFiles:
         """Every data and delete file a snapshot references, and every Parquet file under the table's
-        location (with its modification time), each by :func:`normalized_path`."""
+        location and its data write paths (with its modification time), each by :func:`normalized_path`."""
         from pyspark.errors import AnalysisException
 
         state.refresh()
@@ -111,19 +112,20 @@ class ErasureVerification:
         location = self._location(state)
         # Metadata's own Parquet files (partition statistics) are referenced by metadata.json, not listed.
         metadata_folder = normalized_path(location).rstrip("/") + "/metadata/"
-        try:
-            rows = (
-                self.spark.read.format("binaryFile")
-                .option("recursiveFileLookup", "true")
-                .option("pathGlobFilter", "*.parquet")
-                .load(location)
-                .select("path", "modificationTime")
-                .collect()
-            )
-        except AnalysisException as error:
-            if not error_condition(error).startswith("PATH_NOT_FOUND"):
-                raise
-            rows = []
+        rows = []
+        for root in dict.fromkeys([location, *write_paths(state.properties(), DATA_WRITE_PATHS)]):
+            try:
+                rows += (
+                    self.spark.read.format("binaryFile")
+                    .option("recursiveFileLookup", "true")
+                    .option("pathGlobFilter", "*.parquet")
+                    .load(root)
+                    .select("path", "modificationTime")
+                    .collect()
+                )
+            except AnalysisException as error:
+                if not error_condition(error).startswith("PATH_NOT_FOUND"):
+                    raise
         listed = {
             normalized_path(str(row.path)): (str(row.path), int(row.modificationTime.timestamp() * 1000))
             for row in rows
