@@ -96,9 +96,9 @@ def check_target(
     write_mode: WriteMode | None,
 ) -> None:
     """One target of an erasure checked against its tables, before any table of the erasure is changed:
-    its columns exist, its key is an integer or a string, the subjects' keys are of that kind, and its
-    DELETE can be written in ``write_mode`` (None: the task deletes nothing): not merge-on-read on a format
-    version 1 table, nor the mode the table is not configured for."""
+    they write Parquet files, its columns exist, its key is an integer or a string, the subjects' keys
+    are of that kind, and its DELETE can be written in ``write_mode`` (None: the task deletes nothing):
+    not merge-on-read on a format version 1 table, nor the mode the table is not configured for."""
     table = tables[target.table]
     for name in (target.table, target.through_table):
         if name is not None:
