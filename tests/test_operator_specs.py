@@ -51,6 +51,8 @@ RUN_KEY = RunKey("erasure", "erase", "manual__1", 3)
 CONTEXT = task_context(RUN_KEY, try_number=2)
 TABLE: Any = SimpleNamespace(
     catalog=SimpleNamespace(name="lake"),
+    format_version=2,
+    properties={},
     schema=lambda: Schema(
         NestedField(1, "order_id", LongType()),
         NestedField(2, "amount", DoubleType()),
