@@ -1,5 +1,6 @@
-"""Tables with a ``variant`` column (format v3): the operators change them, as real tasks over Spark
-Connect, although pyiceberg 0.12 has no variant type (``airflow_iceberg_dml/variant_type.py``).
+"""Tables with ``variant`` columns (format v3), at the top level and in a struct: the operators change
+them, as real tasks over Spark Connect, although pyiceberg 0.12 has no variant type
+(``airflow_iceberg_dml/variant_type.py``).
 
 The rows are checked against a model kept here in Python, read back by Iceberg's reader in Spark
 (pyiceberg cannot decode a variant), the variant values through ``to_json``.
@@ -33,30 +34,31 @@ def _execute(operator: Any) -> Any:
     return operator.execute({"ti": ti, "outlet_events": _Events()})
 
 
-def _rows(spark: Any, name: str) -> dict[int, tuple[str, float, str]]:
-    """``k: (ds, v, payload as JSON)``, as Iceberg's reader in Spark gives them (pyiceberg cannot decode
-    a variant)."""
+def _rows(spark: Any, name: str) -> dict[int, tuple[str, float, str, str]]:
+    """``k: (ds, v, payload as JSON, the struct's variant as JSON)``, as Iceberg's reader in Spark gives
+    them (pyiceberg cannot decode a variant)."""
     spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
-    query = f"SELECT k, ds, v, to_json(payload) FROM {CATALOG}.{name}"
-    return {row[0]: (row[1], row[2], row[3]) for row in spark.sql(query).collect()}
+    query = f"SELECT k, ds, v, to_json(payload), to_json(info.extra) FROM {CATALOG}.{name}"
+    return {row[0]: (row[1], row[2], row[3], row[4]) for row in spark.sql(query).collect()}
 
 
-def test_every_change_works_on_a_table_with_a_variant_column(
+def test_every_change_works_on_a_table_with_variant_columns(
     spark, catalog_hook, spark_default_over_connect
 ) -> None:
     name = new_table_name("variant")
     spark.sql(
-        f"CREATE TABLE {CATALOG}.{name} (payload VARIANT, ds STRING, k BIGINT, v DOUBLE) USING iceberg "
+        f"CREATE TABLE {CATALOG}.{name} (payload VARIANT, ds STRING, k BIGINT, v DOUBLE, "
+        "info STRUCT<tag: STRING, extra: VARIANT>) USING iceberg "
         "TBLPROPERTIES ('format-version' = '3')"
     )
     # Two days mixed in every data file: the slice overwrite below is a row-level MERGE.
     spark.sql(
         f"INSERT INTO {CATALOG}.{name} SELECT parse_json(concat('{{\"n\":', id, '}}')), "
-        "element_at(array('2026-01-01', '2026-01-02'), CAST(id % 2 AS INT) + 1), id, id * 1.0 "
-        "FROM range(20)"
+        "element_at(array('2026-01-01', '2026-01-02'), CAST(id % 2 AS INT) + 1), id, id * 1.0, "
+        "named_struct('tag', 'x', 'extra', parse_json(concat('[', id, ']'))) FROM range(20)"
     )
     days = {k: "2026-01-01" if k % 2 == 0 else "2026-01-02" for k in range(20)}
-    model = {k: (days[k], k * 1.0, f'{{"n":{k}}}') for k in range(20)}
+    model = {k: (days[k], k * 1.0, f'{{"n":{k}}}', f"[{k}]") for k in range(20)}
 
     deleted = _execute(IcebergDeleteOperator(task_id="delete", table=name, where="k IN (1, 2)"))
     for k in (1, 2):
@@ -64,7 +66,7 @@ def test_every_change_works_on_a_table_with_a_variant_column(
     updated = _execute(
         IcebergUpdateOperator(task_id="update", table=name, where="k = 3", set={"v": "v + 100"})
     )
-    model[3] = (model[3][0], 103.0, model[3][2])
+    model[3] = (model[3][0], 103.0, *model[3][2:])
     merged = _execute(
         IcebergMergeOperator(
             task_id="merge",
@@ -74,19 +76,20 @@ def test_every_change_works_on_a_table_with_a_variant_column(
             clauses=[{"when": "matched", "then": "update", "set": {"v": "0.0"}}],
         )
     )
-    model[4] = (model[4][0], 0.0, model[4][2])
+    model[4] = (model[4][0], 0.0, *model[4][2:])
     overwritten = _execute(
         IcebergOverwriteOperator(
             task_id="overwrite",
             table=name,
             where="ds = '2026-01-01'",
             source_query=(
-                "SELECT parse_json('{\"new\":true}') AS payload, '2026-01-01' AS ds, 100L AS k, 1.0D AS v"
+                "SELECT parse_json('{\"new\":true}') AS payload, '2026-01-01' AS ds, 100L AS k, 1.0D AS v, "
+                "named_struct('tag', 'y', 'extra', parse_json('[]')) AS info"
             ),
         )
     )
     model = {k: row for k, row in model.items() if row[0] != "2026-01-01"} | {
-        100: ("2026-01-01", 1.0, '{"new":true}')
+        100: ("2026-01-01", 1.0, '{"new":true}', "[]")
     }
     compacted = _execute(IcebergCompactionOperator(task_id="compact", table=name))
 
