@@ -432,6 +432,35 @@ def test_with_another_file_io_the_layers_are_reported_not_checked_and_the_purge_
     assert "sales.orders: the metadata layers were not checked (the layer check lists storage" in places
 
 
+def test_a_write_path_on_another_file_system_is_reported_not_checked_and_the_purge_is_not_clean(tmp_path):
+    """docs/erasure.md: the layers are read under the location and the write paths, on one file system;
+    a write path elsewhere (another scheme or bucket) is not read, and the verdict says so."""
+    from types import SimpleNamespace
+
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
+
+    salt = new_salt()
+    table = SimpleNamespace(
+        io=PyArrowFileIO(),
+        location=lambda: f"file://{tmp_path}/orders",
+        properties={"write.data.path": "s3://other-bucket/orders/data"},
+    )
+    catalog: Any = SimpleNamespace(load_table=lambda name: table)
+    entry: Any = {"column": "o_custkey", "verification": {"clean": True, "remaining": []}}
+    spec: Any = SimpleNamespace(digest_salt=salt, orphan_grace_ms=0)
+
+    deleted = ErasureStorageHook(catalog, "sales.orders").check_layers(
+        "sales.orders", entry, KeyDigests.of([7], salt), spec
+    )
+
+    assert deleted == []
+    assert entry["verification"]["clean"] is False
+    not_checked = entry["verification"]["layers"]["not_checked"]
+    assert "s3://other-bucket/orders/data, on another file system than its location" in not_checked
+
+
 def test_a_leftover_whose_delete_fails_is_reported_and_the_purge_is_not_clean():
     """docs/erasure.md: an unreferenced file the task could not delete stays in the verdict, never dropped."""
     from types import SimpleNamespace

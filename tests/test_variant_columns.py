@@ -100,16 +100,17 @@ def test_every_change_works_on_a_table_with_variant_columns(
     assert _rows(spark, name) == model
 
 
-def test_a_list_of_variants_fails_before_spark_naming_the_type(
-    spark, catalog_hook, spark_default_over_connect, monkeypatch
+@pytest.mark.parametrize("nested", ["ARRAY<VARIANT>", "MAP<STRING, VARIANT>"])
+def test_a_list_or_map_of_variants_fails_before_spark_naming_the_type(
+    spark, catalog_hook, spark_default_over_connect, monkeypatch, nested
 ) -> None:
     from airflow.exceptions import AirflowFailException
 
     from airflow_iceberg_dml.operators import base
 
-    name = new_table_name("variant_list")
+    name = new_table_name("variant_nested")
     spark.sql(
-        f"CREATE TABLE {CATALOG}.{name} (k BIGINT, events ARRAY<VARIANT>) USING iceberg "
+        f"CREATE TABLE {CATALOG}.{name} (k BIGINT, events {nested}) USING iceberg "
         "TBLPROPERTIES ('format-version' = '3')"
     )
     with pytest.raises(UnsupportedTableError, match=rf"Table '{name}' has a column of type 'variant'"):

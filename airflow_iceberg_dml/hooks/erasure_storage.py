@@ -309,8 +309,8 @@ def clean_empty_folders(scan: LayerScan) -> list[str]:
             files.discard(path)
     removed = []
     folders = sorted((info.path for info in listing if not info.is_file), key=len, reverse=True)
+    kept = {scan.root.rstrip("/") + "/data", *scan.metadata_roots, *scan.roots}
     for folder in folders:
-        kept = {scan.root.rstrip("/") + "/data", *scan.metadata_roots, *scan.roots}
         if folder.rstrip("/") in kept:
             continue
         if not any(path.startswith(folder.rstrip("/") + "/") for path in files):
