@@ -13,7 +13,10 @@ from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, SummaryKey, WriteMode
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
+
+#: What a task's job runs on (:func:`engine_of`); empty where no engine is named (pure tests).
+Engine = tuple[str, ...]
 
 
 #: The table property that must say merge-on-read for DELETEs and UPDATEs to be mixed in one MERGE.
@@ -28,24 +31,27 @@ _PER_RUN_KEYS = {
 }
 
 
-def group_key(spec: DmlSpec) -> str | None:
+def group_key(spec: DmlSpec, engine: Engine = ()) -> str | None:
     """What a change must share with others to be applied in one commit with them; None when it
-    cannot be grouped.
+    cannot be grouped. ``engine`` is what the task's job would run on (:func:`engine_of`): the task
+    whose turn it is runs the group's statement on its own engine, in its own session settings, which
+    must then be the ones each change was written for (a session time zone or ANSI mode changes what
+    a predicate matches and what a ``set`` expression gives).
 
     A change can be grouped when it is a plain merge-on-read DELETE or UPDATE with a run key and
     exactly once: no dry run, guard, audit or expected snapshot (those are about one change's own
     commit), and, for an UPDATE, no ``set`` column read by its predicate (applied together, the
     changes must select the same rows as applied one after another).
     """
-    shared = _shared(spec)
+    shared = _shared(spec, engine)
     return None if shared is None else json.dumps(shared, sort_keys=True, default=str)
 
 
-def mix_key(spec: DmlSpec) -> str | None:
+def mix_key(spec: DmlSpec, engine: Engine = ()) -> str | None:
     """What a change must share with changes of the other kind (DELETE with UPDATE) to be applied with
     them in one MERGE; None when it cannot be mixed (it cannot be grouped, it sets an isolation level,
     which is the table's per kind, or it has a subquery, which Spark refuses in a MERGE's conditions)."""
-    shared = _shared(spec)
+    shared = _shared(spec, engine)
     if shared is None or spec.commit_policy.isolation_level is not None:
         return None
     if any(_has_subquery(text) for text in [bound_where(spec), *shared["assignments"].values()]):
@@ -54,7 +60,13 @@ def mix_key(spec: DmlSpec) -> str | None:
     return json.dumps(shared, sort_keys=True, default=str)
 
 
-def _shared(spec: DmlSpec) -> dict[str, Any] | None:
+def engine_of(spark_conn_id: str, spark_conf: Mapping[str, Any] | None) -> Engine:
+    """What a task's job runs on, as a group key holds it: the ``spark`` or ``spark_connect``
+    connection and the task's own Spark settings (sorted, as text)."""
+    return (spark_conn_id, *(f"{key}={value}" for key, value in sorted((spark_conf or {}).items())))
+
+
+def _shared(spec: DmlSpec, engine: Engine) -> dict[str, Any] | None:
     """What grouped changes must share (:func:`group_key`); None when ``spec`` cannot be grouped."""
     if (
         spec.dry_run
@@ -85,6 +97,7 @@ def _shared(spec: DmlSpec) -> dict[str, Any] | None:
             key: value for key, value in spec.snapshot_properties.items() if key not in _PER_RUN_KEYS
         },
         "version": spec.version,
+        "engine": list(engine),
     }
 
 
@@ -98,14 +111,15 @@ class GroupOffer:
     mix: str | None = None
 
 
-def group_offer(spec: DmlSpec, *, merge_on_read_merge: bool) -> GroupOffer | None:
-    """``spec``'s offer (None when it cannot be grouped); mixable with the other kind when the table's
-    ``write.merge.mode`` is merge-on-read (``merge_on_read_merge``)."""
-    key = group_key(spec)
+def group_offer(spec: DmlSpec, *, merge_on_read_merge: bool, engine: Engine = ()) -> GroupOffer | None:
+    """``spec``'s offer (None when it cannot be grouped) for a job on ``engine`` (:func:`engine_of`);
+    mixable with the other kind when the table's ``write.merge.mode`` is merge-on-read
+    (``merge_on_read_merge``)."""
+    key = group_key(spec, engine)
     if key is None or spec.run_key is None:
         return None
     member = GroupMember(spec.run_key, bound_where(spec), spec.kind, bound_assignments(spec))
-    return GroupOffer(key, member, mix_key(spec) if merge_on_read_merge else None)
+    return GroupOffer(key, member, mix_key(spec, engine) if merge_on_read_merge else None)
 
 
 def reads_any(where: str, columns: Iterable[str]) -> bool:

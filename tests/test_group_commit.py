@@ -28,7 +28,7 @@ import pytest
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import UNMATCHED, Offer, claim, held, queue_folder, settle
-from airflow_iceberg_dml.group_keys import GroupOffer, bound_where, group_key
+from airflow_iceberg_dml.group_keys import GroupOffer, bound_where, engine_of, group_key, mix_key
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.base import JobPlan, JobRun, Turn
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
@@ -103,6 +103,25 @@ def test_changes_that_differ_in_their_rows_only_share_a_group_key() -> None:
     assert group_key(_spec("ns.other", "day = 1")) != group_key(day_one)
     assert group_key(replace(day_one, branch="audit")) != group_key(day_one)
     assert group_key(replace(day_one, snapshot_properties={"batch": "b-1"})) != group_key(day_one)
+
+
+def test_changes_for_another_engine_or_other_spark_settings_do_not_share_a_group_key() -> None:
+    day_one = _spec("ns.t", "day = :day", parameters={"day": 1})
+    day_two = _spec("ns.t", "day = :day", _key(2), parameters={"day": 2})
+    engine = engine_of("spark_default", {"spark.sql.session.timeZone": "UTC", "spark.sql.ansi.enabled": True})
+    same = engine_of("spark_default", {"spark.sql.ansi.enabled": "True", "spark.sql.session.timeZone": "UTC"})
+    assert group_key(day_one, engine) == group_key(day_two, same)  # the same settings, in any order
+    for other in [
+        engine_of(
+            "spark_connect_default", {"spark.sql.session.timeZone": "UTC", "spark.sql.ansi.enabled": True}
+        ),
+        engine_of(
+            "spark_default", {"spark.sql.session.timeZone": "Europe/Paris", "spark.sql.ansi.enabled": True}
+        ),
+        engine_of("spark_default", {"spark.sql.session.timeZone": "UTC"}),
+    ]:
+        assert group_key(day_two, other) != group_key(day_one, engine)
+        assert mix_key(day_two, other) != mix_key(day_one, engine)
 
 
 @pytest.mark.parametrize(
@@ -412,13 +431,13 @@ def test_a_claiming_change_that_matches_nothing_commits_the_waiting_changes_and_
 
 
 def _offer_a_waiting_delete(
-    catalog_hook: Any, table: Any, member_key: RunKey, before: int, *, post: bool = True
+    catalog_hook: Any, table: Any, member_key: RunKey, before: int, *, post: bool = True, **operator: Any
 ) -> tuple[IcebergDeleteOperator, DmlSpec, Turn]:
-    """A waiting task's offer (customer 8's orders deleted), posted (``post``) as if its lock were held
-    here."""
+    """A waiting task's offer (customer 8's orders deleted, by an operator with ``operator``'s further
+    arguments), posted (``post``) as if its lock were held here."""
     name = ".".join(table.name())
     waiting = IcebergDeleteOperator(
-        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}
+        task_id="delete", table=name, where="customer_id = :customer", parameters={"customer": 8}, **operator
     )
     member_spec = waiting.build_spec(task_context(member_key), table)
     offered = waiting.group_offer(JobPlan(member_spec, before))
@@ -552,6 +571,36 @@ def test_a_real_task_claims_a_waiting_change_and_the_waiting_task_finds_its_rows
     late_turn.offer.withdraw()
     assert isinstance(planned, JobPlan)
     assert planned.spec == late_spec  # its own change, nothing else in it
+
+
+def test_a_real_task_leaves_a_waiting_change_meant_for_other_spark_settings_to_its_own_task(
+    spark, catalog_hook, airflow_db, spark_default_over_connect, monkeypatch, tmp_path
+) -> None:
+    """The task whose turn it is runs the group on its own engine, in its own session: a change offered
+    by a task with other Spark settings (here ANSI mode off, which turns a bad cast into NULL instead
+    of an error) is not its to apply."""
+    from tests.dags.group_commit_test_dag import dag
+
+    monkeypatch.setenv(LOCK_FOLDER_ENV, str(tmp_path / "locks"))
+    name = create_orders_table(spark, new_table_name("group_settings"))
+    table = load(catalog_hook, name)
+    before = table.current_snapshot().snapshot_id
+    member_key = RunKey("group_commit_test", "delete", "manual__other_settings", -1)
+    _, _, turn = _offer_a_waiting_delete(
+        catalog_hook, table, member_key, before, spark_conf={"spark.sql.ansi.enabled": "false"}
+    )
+    assert turn.offer is not None
+
+    dag_run = run_dag(dag, table=name, customer=7)
+
+    assert task_states(dag_run) == {"delete": "success"}
+    assert not turn.offer.claimed()
+    turn.offer.withdraw()
+    result = xcom_result(dag_run, "delete")
+    assert (result["group_size"], result["rows_deleted"]) == (1, _matching(table, "customer_id", [7]))
+    customers = load(catalog_hook, name).scan().to_arrow()["customer_id"].to_pylist()
+    assert 7 not in customers
+    assert customers.count(8) == _matching(table, "customer_id", [8]) > 0
 
 
 def test_a_real_task_whose_change_matches_no_row_commits_the_change_it_claimed_and_is_a_no_op(

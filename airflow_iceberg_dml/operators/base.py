@@ -157,16 +157,16 @@ class BaseIcebergSparkJobOperator(BaseOperator, Generic[BeforeT, ResultT]):
         then goes on from the table as that job left it. Over Spark Connect, a retry on any machine
         interrupts what the earlier try's session still runs, then goes on the same way.
     :param one_writer_per_table: When True (default), the jobs of this package that change one table
-        take turns on the worker host (a lock file per table, see
-        :mod:`airflow_iceberg_dml.table_lock`): concurrent changes of a table whose files mix their
-        rows would otherwise conflict at commit and re-run whole. The wait is in the task log. Across
-        worker hosts, give the tasks of a table an Airflow pool of one slot (docs/reliability.md).
+        take turns on the worker host (a lock file per table, :mod:`airflow_iceberg_dml.table_lock`):
+        concurrent changes of a table whose files mix their rows would otherwise conflict at commit and
+        re-run whole. The wait is in the task log. Across worker hosts, give the tasks of a table an
+        Airflow pool of one slot (docs/reliability.md).
     :param group_commit: When True (default), with ``one_writer_per_table``: while this task waits for
         its turn, its change is on offer to the task whose turn it is, and in its own turn it applies the
         waiting changes whose rows do not overlap its own with it, in one commit (merge-on-read DELETEs, or
-        UPDATEs of one ``set``; both in one MERGE when ``write.merge.mode`` is merge-on-read; see
-        :mod:`airflow_iceberg_dml.group_commit`). Each task's result is its own: its rows in that commit,
-        or a no-op if none matched; it ends when that commit lands. False: a commit of its own.
+        UPDATEs of one ``set``; both in one MERGE when ``write.merge.mode`` is merge-on-read; of tasks
+        with its ``spark_conn_id`` and ``spark_conf``; :mod:`airflow_iceberg_dml.group_commit`). A task's
+        result is its rows in that commit (none: a no-op), when it lands. False: a commit of its own.
     """
 
     template_fields: Sequence[str] = ("table",)

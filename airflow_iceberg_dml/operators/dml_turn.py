@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import claim, queue_folder
-from airflow_iceberg_dml.group_keys import GroupOffer, group_offer
+from airflow_iceberg_dml.group_keys import GroupOffer, engine_of, group_offer
 from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.operators.commit_record import CommitRecord, record_commit, recorded_commit
@@ -99,7 +99,8 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         spec = planned.spec
         if not isinstance(spec, DmlSpec):
             return None
-        return group_offer(spec, merge_on_read_merge=self.merge_on_read_merge)
+        engine = engine_of(self.spark_conn_id, self.spark_conf)
+        return group_offer(spec, merge_on_read_merge=self.merge_on_read_merge, engine=engine)
 
     def on_turn(
         self, run: JobRun, planned: JobPlan[int | None], turn: Turn
