@@ -4,6 +4,7 @@ offers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -62,8 +63,11 @@ def mix_key(spec: DmlSpec, engine: Engine = ()) -> str | None:
 
 def engine_of(spark_conn_id: str, spark_conf: Mapping[str, Any] | None) -> Engine:
     """What a task's job runs on, as a group key holds it: the ``spark`` or ``spark_connect``
-    connection and the task's own Spark settings (sorted, as text)."""
-    return (spark_conn_id, *(f"{key}={value}" for key, value in sorted((spark_conf or {}).items())))
+    connection and a digest of the task's own Spark settings. The key is written in the offer's file,
+    and a setting may hold a secret (an object store's key), so the settings are never written as
+    they are."""
+    settings = json.dumps(sorted((str(key), str(value)) for key, value in (spark_conf or {}).items()))
+    return (spark_conn_id, hashlib.sha256(settings.encode()).hexdigest())
 
 
 def _shared(spec: DmlSpec, engine: Engine) -> dict[str, Any] | None:

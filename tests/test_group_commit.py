@@ -122,6 +122,8 @@ def test_changes_for_another_engine_or_other_spark_settings_do_not_share_a_group
     ]:
         assert group_key(day_two, other) != group_key(day_one, engine)
         assert mix_key(day_two, other) != mix_key(day_one, engine)
+    secret = engine_of("spark_default", {"spark.hadoop.fs.s3a.secret.key": "s3cr3t-value"})
+    assert "s3cr3t-value" not in str(group_key(day_one, secret))  # the key is written in the offer's file
 
 
 @pytest.mark.parametrize(
