@@ -219,7 +219,9 @@ def erase_numbers(tables: dict[str, TableReport], load_table: Callable[[str], Ta
             parent = (
                 table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
             )
-            deleted += rows_deleted(summary, summary_of(parent) if parent is not None else None)
+            deleted += rows_deleted(
+                summary, summary_of(parent) if parent is not None else None, deletes_only=True
+            )
             delete_files += int(summary.get(SummaryKey.ADDED_DELETE_FILES) or 0)
         entry["rows_deleted"] = deleted
         entry["delete_files_added"] = delete_files

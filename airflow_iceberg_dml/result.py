@@ -93,15 +93,21 @@ def _live_rows(summary: Mapping[str, str]) -> int | None:
     return _count(summary, SummaryKey.TOTAL_RECORDS) - _count(summary, SummaryKey.TOTAL_POSITION_DELETES)
 
 
-def rows_deleted(summary: Mapping[str, str], parent_summary: Mapping[str, str] | None) -> int:
-    """Rows the commit removed from the table's live rows."""
-    added = _count(summary, SummaryKey.ADDED_RECORDS)
+def rows_deleted(
+    summary: Mapping[str, str], parent_summary: Mapping[str, str] | None, *, deletes_only: bool = False
+) -> int:
+    """Rows the commit removed from the table's live rows: the drop in live rows plus the rows it
+    added, which are the new versions of the rows an UPDATE or MERGE removed (in copy-on-write, every
+    row of the files it rewrote). ``deletes_only``: the commit only deleted (a DELETE, an erasure), so
+    the rows a copy-on-write rewrite copied over unchanged are not counted: the drop in live rows."""
+    added = 0 if deletes_only else _count(summary, SummaryKey.ADDED_RECORDS)
     before = _live_rows(parent_summary) if parent_summary is not None else None
     after = _live_rows(summary)
     if before is not None and after is not None:
         return before - after + added
     # The parent was expired: fall back to this commit's own counters.
-    return _count(summary, SummaryKey.DELETED_RECORDS) + _count(summary, SummaryKey.ADDED_POSITION_DELETES)
+    removed = _count(summary, SummaryKey.DELETED_RECORDS) + _count(summary, SummaryKey.ADDED_POSITION_DELETES)
+    return removed - _count(summary, SummaryKey.ADDED_RECORDS) if deletes_only else removed
 
 
 def rewrite_counts(summaries: Iterable[Mapping[str, str]]) -> dict[str, int]:
@@ -134,6 +140,7 @@ def committed_result(
     replayed: bool = False,
     health: HealthReport | None = None,
     run_key: RunKey | None = None,
+    deletes_only: bool = False,
 ) -> DmlResult:
     own_rows = run_key.group_rows(summary) if run_key is not None else None
     if own_rows == 0:  # the job of this task committed the waiting changes it claimed, and its own none
@@ -142,7 +149,8 @@ def committed_result(
             table=table, branch=branch, head_snapshot_id=parent_snapshot_id, spark_app_id=spark_app_id,
             duration_s=duration_s, health=health,
         )  # fmt: skip
-    deleted, inserted = rows_deleted(summary, parent_summary), _count(summary, SummaryKey.ADDED_RECORDS)
+    deleted = rows_deleted(summary, parent_summary, deletes_only=deletes_only)
+    inserted = _count(summary, SummaryKey.ADDED_RECORDS)
     if own_rows is not None:  # a group commit: this run key's own rows (an UPDATE deletes and re-adds them)
         kind = run_key.group_kind(summary) if run_key is not None else None
         updated = kind == "update" if kind is not None else inserted > 0  # one kind: only UPDATEs add rows
@@ -224,6 +232,7 @@ def dml_result(
     remote_application_id: str | None = None,
     health: HealthReport | None = None,
     run_key: RunKey | None = None,
+    deletes_only: bool = False,
 ) -> DmlResult:
     """A DML task's result from the job's record and the snapshots read back.
 
@@ -234,6 +243,8 @@ def dml_result(
     :param remote_application_id: The application id of a remote driver (no record), if known.
     :param health: The table's health after the job (metadata only).
     :param run_key: The task's run key: in a group commit, its own rows are the ones counted.
+    :param deletes_only: The change is a DELETE: ``rows_deleted`` is the drop in live rows
+        (:func:`rows_deleted`).
     """
     remote_noop = snapshot is None and record is None  # a remote driver that succeeded without a commit
     if remote_noop or (record is not None and record.outcome in (Outcome.NOOP, Outcome.DRY_RUN)):
@@ -262,6 +273,7 @@ def dml_result(
         duration_s=duration_s,
         health=health,
         run_key=run_key,
+        deletes_only=deletes_only,
     )
 
 
@@ -276,6 +288,7 @@ def _commit_result(
     duration_s: float,
     health: HealthReport | None,
     run_key: RunKey | None = None,
+    deletes_only: bool = False,
 ) -> DmlResult:
     """The result of a commit: its numbers from the summaries; the plan and mode from the record,
     unless the commit is an earlier try's (replayed) or the driver ran remotely (no record)."""
@@ -298,6 +311,7 @@ def _commit_result(
         replayed=replayed,
         health=health,
         run_key=run_key,
+        deletes_only=deletes_only,
     )
 
 

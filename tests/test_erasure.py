@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_iceberg_dml.erasure_report import erase_numbers
 from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError
 from airflow_iceberg_dml.jobs.dml import run_spec as dml_job
 from airflow_iceberg_dml.jobs.erase import REWRITE_OPTIONS, run_spec
@@ -483,6 +484,11 @@ def test_a_copy_on_write_erasure_rewrites_the_files_and_writes_no_delete_file(sp
     assert {task.file.file_path for task in after.scan().plan_files()} != files_before
     assert live(catalog_hook, orders, "order_id") == sorted(set(range(1, ORDERS + 1)) - erased_orders())
     assert keys_on_storage(after.location(), "customer_id", set(SUBJECTS)) != []  # old files: the purge's
+    # The report counts the subjects' rows, not the other rows of the files the DELETE rewrote.
+    report: dict[str, Any] = {orders: {"commits": {"main": str(after.current_snapshot().snapshot_id)}}}
+    erase_numbers(report, lambda name: load(catalog_hook, name))
+    assert report[orders]["rows_deleted"] == len(erased_orders())
+    assert int(summary.additional_properties["added-records"]) > 0  # the rows copied over
 
 
 def test_a_killed_purge_is_finished_by_the_next_run_and_a_file_left_on_storage_is_deleted(

@@ -6,6 +6,7 @@ import datetime as dt
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
@@ -116,6 +117,45 @@ def test_delete_then_update_run_as_airflow_tasks_through_spark_submit(spark, cat
         assert sorted(event.extra["snapshot_id"] for event in events) == sorted(
             [deleted["snapshot_id"], updated["snapshot_id"]]
         )
+
+
+def _rows_of_files_holding(table: Table, customer: int, snapshot_id: int | None = None) -> int:
+    """The rows of the data files (at ``snapshot_id``) that hold any of ``customer``'s rows, read from
+    the files themselves."""
+    files = [task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()]
+    holding = [
+        f
+        for f in files
+        if customer in pq.read_table(f.file_path.removeprefix("file:"))["customer_id"].to_pylist()
+    ]
+    return sum(f.record_count for f in holding)
+
+
+def test_a_copy_on_write_delete_counts_the_rows_it_deleted_not_the_rows_it_copied(
+    spark, catalog_hook, airflow_db, spark_default_over_connect
+):
+    """A copy-on-write DELETE rewrites each file that held a matching row: Iceberg's summary counts
+    every row of those files as removed and the survivors as added. The task's ``rows_deleted`` is the
+    rows it deleted; an UPDATE's counts stay the rows it wrote, survivors included (said in the README)."""
+    from tests.dags.dml_operators_test_dag import copy_on_write_dag
+
+    name = create_orders_table(spark, new_table_name("operators_cow"), rows=600)
+    table = load(catalog_hook, name)
+    before = table.scan().to_arrow()
+    customers = before["customer_id"].to_pylist()
+    held_with_seven = _rows_of_files_holding(table, 7)
+
+    dag_run = run_dag(copy_on_write_dag, table=name)
+
+    assert task_states(dag_run) == {"delete": "success", "update": "success"}
+    deleted, updated = xcom_result(dag_run, "delete"), xcom_result(dag_run, "update")
+    assert (deleted["write_mode"], deleted["added_delete_files"]) == ("copy-on-write", 0)
+    assert deleted["rows_deleted"] == customers.count(7) > 0
+    assert deleted["rows_inserted"] == held_with_seven - customers.count(7) > 0  # the survivors, copied
+    table = load(catalog_hook, name)
+    held_with_eight = _rows_of_files_holding(table, 8, int(deleted["snapshot_id"]))
+    assert updated["rows_deleted"] == updated["rows_inserted"] == held_with_eight > customers.count(8)
+    assert table.scan().to_arrow().num_rows == before.num_rows - customers.count(7)
 
 
 @pytest.mark.spark_submit

@@ -273,8 +273,14 @@ class BaseIcebergDmlOperator(
         """The task's result (its XCom value) from the job's record and the snapshots read back
         (``snapshot``, ``parent``, ``head_before``, ``duration_s``, ``remote_application_id``,
         ``health``: see :func:`airflow_iceberg_dml.result.dml_result`)."""
+        deletes_only = self.job_kind is JobKind.DELETE
         return dml_result(
-            record, table=self.table, branch=self.branch or "main", dry_run=self.dry_run, **read_back
+            record,
+            table=self.table,
+            branch=self.branch or "main",
+            dry_run=self.dry_run,
+            deletes_only=deletes_only,
+            **read_back,
         )
 
     # -- around them: what the worker reads ----------------------------------------------------------------

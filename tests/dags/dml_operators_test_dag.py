@@ -1,4 +1,5 @@
-"""DAG run by tests/test_operators.py: a DELETE then an UPDATE, as real Airflow tasks."""
+"""DAGs run by tests/test_operators.py: a DELETE then an UPDATE, as real Airflow tasks (merge-on-read, and
+copy-on-write)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,21 @@ with DAG(
         expected_snapshot_id="{{ ti.xcom_pull(task_ids='delete')['snapshot_id'] }}",
     )
     delete >> update
+
+with DAG(
+    "dml_operators_copy_on_write_test",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={"table": "tests.operators_cow"},
+) as copy_on_write_dag:
+    cow_delete = IcebergDeleteOperator(
+        task_id="delete", table="{{ params.table }}", where="customer_id = 7", write_mode="copy-on-write"
+    )
+    cow_update = IcebergUpdateOperator(
+        task_id="update",
+        table="{{ params.table }}",
+        where="customer_id = 8",
+        set={"amount": "amount + 1"},
+        write_mode="copy-on-write",
+    )
+    cow_delete >> cow_update
