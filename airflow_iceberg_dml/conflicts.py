@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_iceberg_dml.exceptions import ConcurrentCommitError
+from airflow_iceberg_dml.metadata_columns import unbound_metadata_column
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -107,10 +108,13 @@ _INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
 
 def is_input_error(error: BaseException) -> bool:
     """Whether Spark failed on the statement's own text or on the data it evaluated, not on the
-    cluster, the network or the catalog: retrying cannot help."""
-    return sql_state(error)[:2] in _INPUT_SQLSTATE_CLASSES or error_condition(error).startswith(
+    cluster, the network or the catalog: retrying cannot help. Iceberg's failure on a metadata column
+    in a row-level command's condition is one (:mod:`airflow_iceberg_dml.metadata_columns`)."""
+    if sql_state(error)[:2] in _INPUT_SQLSTATE_CLASSES or error_condition(error).startswith(
         _INPUT_CONDITIONS
-    )
+    ):
+        return True
+    return unbound_metadata_column(message for _, message in java_causes(error))
 
 
 def java_causes(error: BaseException) -> list[tuple[str, str]]:
@@ -149,6 +153,8 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     for class_name, message in java_causes(error):
         kind = class_name.rsplit(".", 1)[-1]
         first_line = next((line for line in message.splitlines() if line.strip()), "").strip()[:300]
+        if unbound_metadata_column([message]):  # a ValidationException, but about the condition
+            return None
         if kind in ICEBERG_COMMIT_EXCEPTIONS:
             return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line}"
         if kind == "IllegalArgumentException" and _EXPIRED_START.search(message):

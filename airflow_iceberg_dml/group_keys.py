@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.metadata_columns import may_have_subquery
 from airflow_iceberg_dml.spec import DmlSpec, GroupMember, JobKind, SummaryKey, WriteMode
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def mix_key(spec: DmlSpec, engine: Engine = ()) -> str | None:
     shared = _shared(spec, engine)
     if shared is None or spec.commit_policy.isolation_level is not None:
         return None
-    if any(_has_subquery(text) for text in [bound_where(spec), *shared["assignments"].values()]):
+    if any(may_have_subquery(text) for text in [bound_where(spec), *shared["assignments"].values()]):
         return None
     del shared["kind"], shared["assignments"]
     return json.dumps(shared, sort_keys=True, default=str)
@@ -142,16 +143,6 @@ def bound_assignments(spec: DmlSpec) -> dict[str, str]:
         column: sql.bind_parameters(expression, spec.parameters)
         for column, expression in spec.assignments.items()
     }
-
-
-def _has_subquery(text: str) -> bool:
-    """Whether ``text`` may hold a subquery: SELECT, VALUES, TABLE or FROM (a pipe query's start) outside
-    quotes. Never a false no; ``extract(year FROM d)`` is a false yes, which only keeps it from mixing."""
-    return any(
-        re.search(r"(?<![\w$])(select|values|table|from)(?![\w$])", piece, re.IGNORECASE)
-        for kind, piece in sql.segments(text)
-        if kind == "code"
-    )
 
 
 def _mentions(text: str, column: str) -> bool:

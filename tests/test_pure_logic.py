@@ -118,6 +118,70 @@ def test_a_text_is_refused_when_it_would_end_its_statement_parentheses_early(tex
 
 
 @pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("_file = 'x'", "_file"),
+        ("order_id > 1 AND `_pos` < 3", "_pos"),
+        ("_partition.status = 'P'", "_partition"),
+        ("_FILE LIKE '%a%'", "_FILE"),  # Spark's names are case-insensitive
+        ("`_row_id` = 5 OR _last_updated_sequence_number = 2", "_row_id"),
+        ("concat(_file, 'x') = 'y'", "_file"),
+        # Not the table's metadata column: a struct's field, a text, the table's own column, a subquery.
+        ("s._file = 'x' OR `s`.`_pos` = 1 OR s . _spec_id = 0 OR `s`._deleted", None),
+        ("comment = '_file' OR comment = \"_pos\"", None),
+        ("_file_name = 'x' OR my_file = 'y' OR file = 'z'", None),
+        ("_spec_id = 1", None),  # with the table's own column of that name (below)
+        ("order_id IN (SELECT order_id FROM ns.t WHERE _file = 'x')", None),
+    ],
+)
+def test_a_metadata_column_named_as_the_tables_is_found_and_nothing_else(text, named):
+    from airflow_iceberg_dml.metadata_columns import named_metadata_column
+
+    assert named_metadata_column(text, ["order_id", "comment", "_Spec_Id"]) == named
+
+
+def test_a_merges_metadata_column_counts_when_its_target_alias_or_nothing_qualifies_it():
+    from airflow_iceberg_dml.metadata_columns import metadata_hint, named_metadata_column
+
+    assert named_metadata_column("t._file LIKE '%x' AND s.id = t.id", [], "t") == "_file"
+    assert named_metadata_column("`T`.`_pos` < 3", [], "t") == "_pos"
+    assert named_metadata_column("s._file = 'x' OR _file = 'y'", [], "t") is None  # the source's; unqualified
+    assert "'_file' is a metadata column" in metadata_hint([], ["s.id = t.id", "_file = 'y'"], "t")
+    assert "SELECT order_id FROM <catalog>" in metadata_hint(["Cannot find field '_pos' in struct: ..."], [])
+    assert metadata_hint(["[UNRESOLVED_COLUMN] x"], ["s._file = t.id"], "t") == ""
+
+
+def test_icebergs_failure_on_a_metadata_column_is_bad_input_and_not_a_commit_conflict():
+    from airflow_iceberg_dml.conflicts import commit_failure, is_input_error
+
+    def java(class_name: str, message: str) -> Exception:
+        exception = SimpleNamespace(getClass=lambda: SimpleNamespace(getName=lambda: class_name))
+        exception.getMessage, exception.getCause = (lambda: message), (lambda: None)
+        error = Exception(message)
+        error.java_exception = exception  # type: ignore[attr-defined]
+        return error
+
+    unbound = java(
+        "org.apache.iceberg.exceptions.ValidationException",
+        "Cannot find field '_file' in struct: struct<1: id>",
+    )
+    assert commit_failure(unbound) is None
+    assert is_input_error(unbound)
+    spec_id = java("java.lang.IllegalArgumentException", "Field _spec_id not found in source schema")
+    assert is_input_error(spec_id)
+    conflict = java(
+        "org.apache.iceberg.exceptions.ValidationException",
+        "Found conflicting files that can contain records",
+    )
+    assert commit_failure(conflict) is not None
+    assert not is_input_error(conflict)
+    a_column = java(
+        "org.apache.iceberg.exceptions.ValidationException", "Cannot find field 'amount' in struct"
+    )
+    assert not is_input_error(a_column)  # only the metadata columns are known to be the condition's
+
+
+@pytest.mark.parametrize(
     ("key", "problem"),
     [
         # A key names one whole column as it is; Spark's names are case-insensitive.

@@ -6,12 +6,14 @@ leaves the table on the same snapshot.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -19,6 +21,7 @@ from airflow_iceberg_dml.exceptions import (
     AuditFailedError,
     ConcurrentCommitError,
     GuardExceededError,
+    IcebergDmlError,
     InvalidExpressionError,
     InvalidPredicateError,
 )
@@ -119,6 +122,89 @@ def test_the_airflow_side_refuses_hidden_text_before_spark(spark, catalog_hook, 
     operator.table = name
     with pytest.raises(AirflowFailException, match=message):
         operator.execute({})
+
+
+def test_a_data_files_rows_are_deleted_through_a_subquery_on_its_metadata_column(
+    spark, catalog_hook, spark_default_over_connect
+):
+    """What the refusal of a metadata column names instead works: a subquery may read ``_file`` (it is
+    not the command's own filter). The rows deleted are the ones the file holds, read from the file."""
+    name = create_orders_table(spark, new_table_name("bad_file"), rows=300)
+    table = load(catalog_hook, name)
+    bad_file = sorted(task.file.file_path for task in table.scan().plan_files())[0]
+    in_file = set(pq.read_table(bad_file.removeprefix("file:"))["order_id"].to_pylist())
+    operator = IcebergDeleteOperator(
+        task_id="drop_bad_file",
+        table=name,
+        where=f"order_id IN (SELECT order_id FROM {CATALOG}.{name} WHERE _file = :path)",
+        parameters={"path": bad_file},
+    )
+    ti = SimpleNamespace(
+        dag_id="dag_f", task_id="drop_bad_file", run_id="manual__1", map_index=-1, try_number=1
+    )
+    result = operator.execute(
+        {"ti": ti, "outlet_events": {operator.outlets[0]: SimpleNamespace(add=lambda *_, **__: None)}}
+    )
+
+    assert result["rows_deleted"] == len(in_file) > 0
+    left = set(load(catalog_hook, name).scan().to_arrow()["order_id"].to_pylist())
+    assert left == set(range(1, 301)) - in_file
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields"),
+    [
+        (JobKind.DELETE, {"where": "_file = :path"}),
+        (JobKind.UPDATE, {"where": "_file = :path AND _pos < 3", "assignments": {"amount": "0"}}),
+    ],
+)
+def test_a_condition_iceberg_cannot_take_on_a_metadata_column_fails_at_once_naming_what_works(
+    spark, catalog_hook, kind, fields
+):
+    """Iceberg 1.11 fails a row-level command whose filter is a condition on ``_file`` (the commit's
+    conflict check binds it to the table's columns). That is bad input, not a commit conflict to re-plan
+    until ``conflict_retries`` runs out: one attempt, no Airflow retry, the subquery that works named."""
+    name = create_orders_table(spark, new_table_name("metadata_filter"), rows=60)
+    path = sorted(task.file.file_path for task in load(catalog_hook, name).scan().plan_files())[0]
+    before = head(catalog_hook, name)
+    with pytest.raises(
+        InvalidPredicateError, match=r"SELECT order_id FROM <catalog>.<namespace>.<table> WHERE _file"
+    ) as raised:
+        run(
+            spark,
+            name,
+            kind,
+            parameters={"path": path},
+            commit_policy=CommitPolicy(conflict_retries=0),
+            **fields,
+        )
+    assert raised.value.retryable is False
+    assert re.search(r"Cannot find field '_file'|Field _spec_id not found", str(raised.value))
+    assert head(catalog_hook, name) == before
+
+
+def test_a_merge_on_the_targets_metadata_column_fails_at_once_naming_what_works(spark, catalog_hook):
+    """A MERGE condition on the target's ``_file``, qualified or not (the source has no such column, so
+    Spark takes the target's): Spark or Iceberg refuses it, and the task fails at once, without
+    retries, naming the subquery that works; nothing is committed."""
+    from airflow_iceberg_dml.spec import MergeAction, MergeClause, MergeSource, MergeWhen
+    from tests.test_merge import CLAUSES, make_tables, merge
+
+    target, source = make_tables(spark)
+    before = head(catalog_hook, target)
+    for condition in ["t._file LIKE '%.parquet'", "_file LIKE '%.parquet'"]:
+        deleting = MergeClause(MergeWhen.MATCHED, MergeAction.DELETE, condition=condition)
+        with pytest.raises(
+            IcebergDmlError, match=r"metadata column.*SELECT order_id FROM <catalog>"
+        ) as raised:
+            merge(
+                spark,
+                target,
+                MergeSource(query=f"SELECT * FROM {CATALOG}.{source}"),
+                clauses=(deleting, *CLAUSES),
+            )
+        assert raised.value.retryable is False, raised.value
+        assert head(catalog_hook, target) == before
 
 
 def test_row_guard_aborts_before_the_commit_naming_the_numbers(spark, catalog_hook):

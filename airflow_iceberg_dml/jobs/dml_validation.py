@@ -20,8 +20,10 @@ from airflow_iceberg_dml.jobs.runner import (
     error_message,
     error_parameters,
     is_input_error,
+    java_causes,
     probe_row,
 )
+from airflow_iceberg_dml.metadata_columns import metadata_hint, unbound_metadata_column
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -158,6 +160,10 @@ class DmlValidation:
         spec = self.spec
         # Spark leaves the table name empty in some messages ("the table ``"): name it here.
         problem = error_message(error).splitlines()[0].replace("table ``", f"table {spec.table}").strip()
+        causes = [message for _, message in java_causes(error)]
+        if unbound_metadata_column(causes):
+            hint = metadata_hint(causes, [spec.where, *spec.assignments.values()])
+            return InvalidPredicateError(f"where={spec.where!r} on {spec.table!r}: {problem}.{hint}")
         if error_condition(error).startswith("UNRESOLVED_COLUMN"):
             return UnknownColumnError(f"A column is not in table {spec.table!r}: {problem}")
         parameters = error_parameters(error)

@@ -328,7 +328,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         text = "\n".join(row[0] for row in plan)
         refused = merge_errors.planning_error(text)
         if refused is not None:
-            raise merge_errors.analysis_error(self.spec.table, refused)
+            hint = merge_errors.metadata_column_hint(refused, self._texts(), self.spec.target_alias)
+            raise merge_errors.analysis_error(self.spec.table, refused, hint)
 
     def _check_on_names_both_sides(self) -> None:
         from pyspark.errors import AnalysisException
@@ -364,7 +365,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
                 unparsable := merge_errors.unparsable(self.spark, self._texts())
             ):
                 raise unparsable from None
-            raise merge_errors.analysis_error(self.spec.table, error_message(error)) from None
+            hint = merge_errors.metadata_column_hint(error, self._texts(), self.spec.target_alias)
+            raise merge_errors.analysis_error(self.spec.table, error_message(error), hint) from None
 
     def _texts(self) -> Iterator[tuple[str, str, str]]:
         """The user's expressions in the statement: what each is, as given, as bound."""

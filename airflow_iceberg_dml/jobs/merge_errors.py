@@ -13,6 +13,8 @@ from airflow_iceberg_dml.exceptions import (
     TableNotFoundError,
     UnknownColumnError,
 )
+from airflow_iceberg_dml.jobs.runner import java_causes
+from airflow_iceberg_dml.metadata_columns import metadata_hint
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -32,8 +34,8 @@ def planning_error(plan: str) -> str | None:
     return None
 
 
-def analysis_error(table: str, message: str) -> IcebergDmlError:
-    """Spark's analysis error (``[CONDITION] text``) on a MERGE into ``table``."""
+def analysis_error(table: str, message: str, hint: str = "") -> IcebergDmlError:
+    """Spark's analysis error (``[CONDITION] text``) on a MERGE into ``table``, ``hint`` after it."""
     condition = message[1 : message.find("]")] if message.startswith("[") else ""
     first = message.splitlines()[0].replace("table ``", f"table {table}")
     if condition.startswith("UNRESOLVED_COLUMN"):
@@ -46,7 +48,17 @@ def analysis_error(table: str, message: str) -> IcebergDmlError:
         return InvalidExpressionError(
             f"MERGE into {table!r}: a source column or value cannot be written to its target column: {first}"
         )
-    return InvalidExpressionError(f"MERGE into {table!r}: {first}")
+    return InvalidExpressionError(f"MERGE into {table!r}: {first}{hint}")
+
+
+def metadata_column_hint(
+    error: BaseException | str, texts: Iterable[tuple[str, str, str]], target_alias: str
+) -> str:
+    """What to write instead when a MERGE failed (``error``, or the analyser's message) on a condition on
+    the target's metadata column (:mod:`airflow_iceberg_dml.metadata_columns`), or ``""``; ``texts`` as
+    :meth:`MergeJob._texts`."""
+    causes = [error] if isinstance(error, str) else [message for _, message in java_causes(error)]
+    return metadata_hint(causes, [given for _, given, _ in texts], target_alias)
 
 
 def check_assigned_columns(table: str, clauses: Iterable[MergeClause], columns: Sequence[str]) -> None:
