@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_iceberg_dml.exceptions import ConcurrentCommitError
-from airflow_iceberg_dml.metadata_columns import unbound_metadata_column
+from airflow_iceberg_dml.metadata_columns import reserved_name_refusal, unbound_metadata_column
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -114,7 +114,8 @@ def is_input_error(error: BaseException) -> bool:
         _INPUT_CONDITIONS
     ):
         return True
-    return unbound_metadata_column(message for _, message in java_causes(error))
+    messages = [message for _, message in java_causes(error)]
+    return unbound_metadata_column(messages) or reserved_name_refusal(messages)
 
 
 def java_causes(error: BaseException) -> list[tuple[str, str]]:
@@ -153,7 +154,9 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     for class_name, message in java_causes(error):
         kind = class_name.rsplit(".", 1)[-1]
         first_line = next((line for line in message.splitlines() if line.strip()), "").strip()[:300]
-        if unbound_metadata_column([message]):  # a ValidationException, but about the condition
+        if unbound_metadata_column([message]) or reserved_name_refusal(
+            [message]
+        ):  # about the text, the table
             return None
         if kind in ICEBERG_COMMIT_EXCEPTIONS:
             return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line}"

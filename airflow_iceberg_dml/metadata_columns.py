@@ -33,6 +33,13 @@ SELECT_INSTEAD = (
     "columns, for example through a subquery, "
     "order_id IN (SELECT order_id FROM <catalog>.<namespace>.<table> WHERE _file = '...')"
 )
+#: The metadata columns every row-level command reads (where a row is, and its file's partition): a
+#: table column of one of these names makes Iceberg 1.11 refuse every DELETE, UPDATE and MERGE on the
+#: table, in both write modes (a column named as one of the others fails some of them, with Iceberg's
+#: message, :data:`_RESERVED`).
+ROW_LOCATING = ("_file", "_pos", "_partition", "_spec_id")
+#: Iceberg's refusal of a table with a column named as a metadata column its command reads.
+_RESERVED = re.compile(r"Table column names conflict with names reserved for Iceberg metadata columns")
 #: How Iceberg and Spark fail on a metadata column in a row-level command's condition.
 _UNBOUND = re.compile(
     r"Cannot find field '(_\w+)[^']*' in struct|Field (_spec_id) not found in source schema"
@@ -100,3 +107,24 @@ def metadata_hint(messages: Iterable[str], texts: Iterable[str], qualifier: str 
     if named is None and not unbound_metadata_column(messages):
         return ""
     return f" {f'{named!r} is a metadata column: ' if named else ''}{SELECT_INSTEAD}."
+
+
+def reserved_column_problem(table: str, columns: Iterable[str]) -> str | None:
+    """Why no row-level command can run on ``table`` (a column of it named as one of
+    :data:`ROW_LOCATING`, as a file connector's ``_file`` column is), or None."""
+    clashing = sorted(column for column in columns if column.lower() in ROW_LOCATING)
+    if not clashing:
+        return None
+    return (
+        f"Table {table!r} has column(s) {clashing} named as Iceberg's metadata columns, which its row-level "
+        "commands read to find the rows they change: Iceberg refuses every DELETE, UPDATE and MERGE on the "
+        "table (Table column names conflict with names reserved for Iceberg metadata columns). Rename the "
+        f"column first, for example ALTER TABLE <catalog>.{table} RENAME COLUMN `{clashing[0]}` TO "
+        f"`source{clashing[0]}`."
+    )
+
+
+def reserved_name_refusal(messages: Iterable[str]) -> bool:
+    """Whether one of ``messages`` is Iceberg's refusal of a table with a column named as a metadata
+    column the command reads (not a commit conflict: the next attempt meets it again)."""
+    return any(_RESERVED.search(message) for message in messages)

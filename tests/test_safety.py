@@ -207,6 +207,53 @@ def test_a_merge_on_the_targets_metadata_column_fails_at_once_naming_what_works(
         assert head(catalog_hook, target) == before
 
 
+def _table_with_column(spark: SparkSession, column: str) -> str:
+    """A table with a column named as one of Iceberg's metadata columns (a file connector's ``_file``,
+    a soft delete's ``_deleted``), in two data files."""
+    name = new_table_name("reserved")
+    spark.sql(f"CREATE TABLE {CATALOG}.{name} (id BIGINT, {column} STRING, v DOUBLE) USING iceberg")
+    for batch in range(2):
+        spark.sql(f"INSERT INTO {CATALOG}.{name} SELECT id + {batch} * 10, 'export.csv', 1.0 FROM range(10)")
+    return name
+
+
+def test_a_table_with_a_column_named_as_a_metadata_column_fails_at_once_naming_the_rename(
+    spark, catalog_hook, spark_default_over_connect
+):
+    """Iceberg 1.11 refuses every row-level command on a table with a column named ``_file`` (or
+    ``_pos``, ``_partition``, ``_spec_id``): the task fails before Spark, without retries, naming the
+    column and the rename. A column named as another metadata column (``_deleted``) lets some commands
+    run (a merge-on-read DELETE does) and fails the others in the job: at once, not as a commit conflict."""
+    from airflow_iceberg_dml.exceptions import UnsupportedTableError
+    from airflow_iceberg_dml.operators.erase_input import check_target
+    from airflow_iceberg_dml.spec import ErasureTarget, WriteMode
+
+    def task(operator: Any) -> dict[str, Any]:
+        ti = SimpleNamespace(dag_id="dag_c", task_id=operator.task_id, run_id="r", map_index=-1, try_number=1)
+        events = {operator.outlets[0]: SimpleNamespace(add=lambda *_, **__: None)}
+        return operator.execute({"ti": ti, "outlet_events": events})
+
+    with_file = _table_with_column(spark, "_file")
+    before = head(catalog_hook, with_file)
+    with pytest.raises(
+        AirflowFailException, match=r"UnsupportedTableError: .*\['_file'\].* RENAME COLUMN `_file`"
+    ):
+        task(IcebergDeleteOperator(task_id="d", table=with_file, where="id = 3"))
+    table = load(catalog_hook, with_file)
+    with pytest.raises(UnsupportedTableError, match="RENAME COLUMN"):
+        check_target({with_file: table}, ErasureTarget(with_file, "id"), [3], WriteMode.MERGE_ON_READ)
+    assert head(catalog_hook, with_file) == before
+
+    with_deleted = _table_with_column(spark, "_deleted")
+    deleted = task(IcebergDeleteOperator(task_id="d", table=with_deleted, where="id = 3"))
+    assert deleted["rows_deleted"] == 1
+    before = head(catalog_hook, with_deleted)
+    update = IcebergUpdateOperator(task_id="u", table=with_deleted, where="id = 4", set={"v": "2.0"})
+    with pytest.raises(AirflowFailException, match=r"UnsupportedTableError: .*reserved for Iceberg metadata"):
+        task(update)
+    assert head(catalog_hook, with_deleted) == before
+
+
 def test_row_guard_aborts_before_the_commit_naming_the_numbers(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("guard_rows"), rows=300)
     before = head(catalog_hook, name)

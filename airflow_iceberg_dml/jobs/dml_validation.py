@@ -14,6 +14,7 @@ from airflow_iceberg_dml.exceptions import (
     InvalidPredicateError,
     TableNotFoundError,
     UnknownColumnError,
+    UnsupportedTableError,
 )
 from airflow_iceberg_dml.jobs.runner import (
     error_condition,
@@ -23,7 +24,7 @@ from airflow_iceberg_dml.jobs.runner import (
     java_causes,
     probe_row,
 )
-from airflow_iceberg_dml.metadata_columns import metadata_hint, unbound_metadata_column
+from airflow_iceberg_dml.metadata_columns import metadata_hint, reserved_name_refusal, unbound_metadata_column
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -161,6 +162,8 @@ class DmlValidation:
         # Spark leaves the table name empty in some messages ("the table ``"): name it here.
         problem = error_message(error).splitlines()[0].replace("table ``", f"table {spec.table}").strip()
         causes = [message for _, message in java_causes(error)]
+        if reserved_name_refusal(causes):
+            return UnsupportedTableError(f"{spec.table!r}: {problem} Rename the column first (ALTER TABLE).")
         if unbound_metadata_column(causes):
             hint = metadata_hint(causes, [spec.where, *spec.assignments.values()])
             return InvalidPredicateError(f"where={spec.where!r} on {spec.table!r}: {problem}.{hint}")

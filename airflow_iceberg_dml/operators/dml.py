@@ -16,8 +16,10 @@ from airflow_iceberg_dml import lineage
 from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     SnapshotMismatchError,
+    UnsupportedTableError,
 )
 from airflow_iceberg_dml.group_keys import MERGE_MODE
+from airflow_iceberg_dml.metadata_columns import reserved_column_problem
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
     JobPlan,
@@ -287,6 +289,8 @@ class BaseIcebergDmlOperator(
 
     def plan(self, run: JobRun, table: Table) -> JobPlan[int | None] | DmlResult:
         self.remember_lineage_table(run.catalog_hook, table)
+        if problem := reserved_column_problem(self.table, [field.name for field in table.schema().fields]):
+            raise UnsupportedTableError(problem)
         spec = self.build_spec(run.context, table)
         self.merge_on_read_merge = table.properties.get(MERGE_MODE) == WriteMode.MERGE_ON_READ.value
         head = run.catalog_hook.head_snapshot(table, spec.branch)

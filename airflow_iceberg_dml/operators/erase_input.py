@@ -12,6 +12,7 @@ from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError, UnsupportedTableError
 from airflow_iceberg_dml.jobs.erase import key_kind, value_kind
 from airflow_iceberg_dml.jobs.row_level import write_mode_of
+from airflow_iceberg_dml.metadata_columns import reserved_column_problem
 from airflow_iceberg_dml.procedures import parse_age
 from airflow_iceberg_dml.spec import ErasureTarget, WriteMode
 
@@ -100,6 +101,8 @@ def check_target(
     are of that kind, and its DELETE can be written in ``write_mode`` (None: the task deletes nothing):
     not merge-on-read on a format version 1 table, nor the mode the table is not configured for."""
     table = tables[target.table]
+    if problem := reserved_column_problem(target.table, [field.name for field in table.schema().fields]):
+        raise UnsupportedTableError(problem)
     for name in (target.table, target.through_table):
         if name is not None:
             check_file_formats(tables[name], name)
