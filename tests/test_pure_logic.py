@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -681,6 +682,30 @@ def test_snapshot_properties_are_text_an_integer_written_as_its_text():
     for value, kind in [([1], "list"), (0.5, "float"), (True, "bool")]:
         with pytest.raises(ValueError, match=rf"snapshot_properties\['v'\]: .* not {kind}"):
             summary_entries({"v": value})
+
+
+@pytest.mark.parametrize(
+    ("key", "owner"),
+    [
+        ("airflow.run-id", "this package's"),  # the run key: a task's own would be silently replaced
+        ("airflow-iceberg-dml.erasure-id", "this package's"),  # a DELETE posing as an erasure's commit
+        ("airflow-iceberg-dml.group", "this package's"),
+        ("added-records", "Iceberg or Spark"),  # kept on a DELETE, which sets none: the summary would lie
+        ("total-records", "Iceberg or Spark"),  # set by every commit: Iceberg fails the commit on it
+        ("changed-partition-count", "Iceberg or Spark"),
+        ("engine-name", "Iceberg or Spark"),
+        ("spark.app.id", "Iceberg or Spark"),  # how a remote driver's commit is found
+        ("partitions.status=O", "Iceberg or Spark"),
+    ],
+)
+def test_snapshot_properties_that_the_package_iceberg_or_spark_write_are_refused(key, owner):
+    from airflow_iceberg_dml.operators.failures import summary_entries
+
+    with pytest.raises(ValueError, match=rf"snapshot_properties\['{re.escape(key)}'\]: .* is .*{owner}"):
+        summary_entries({key: "x"})
+    assert summary_entries(
+        {"batch": "b", "airflow.team": "t", "wap.id": "w", "records": "7"}
+    )  # others are yours
 
 
 def test_erasure_tables_given_as_a_list_are_refused_when_the_dag_is_parsed():

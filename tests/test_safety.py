@@ -254,6 +254,24 @@ def test_a_table_with_a_column_named_as_a_metadata_column_fails_at_once_naming_t
     assert head(catalog_hook, with_deleted) == before
 
 
+def test_a_summary_entry_iceberg_writes_is_refused_before_spark(spark, catalog_hook):
+    """``snapshot_properties={"total-records": ...}``: Iceberg fails the commit on a counter it sets (on
+    every retry), and keeps a false one it does not set; the task fails before Spark, committing nothing."""
+    name = create_orders_table(spark, new_table_name("summary_key"), rows=30)
+    before = head(catalog_hook, name)
+    for key in ["total-records", "added-records", "airflow.run-id"]:
+        operator = IcebergDeleteOperator(
+            task_id="p", table=name, where="order_id = 1", snapshot_properties={key: 1}
+        )
+        ti = SimpleNamespace(dag_id="dag_k", task_id="p", run_id="manual__1", map_index=-1, try_number=1)
+        with pytest.raises(
+            AirflowFailException, match=rf"snapshot_properties\['{key}'\]: that summary entry is"
+        ):
+            operator.execute({"ti": ti, "outlet_events": {}})
+        assert operator._engine is None  # no Spark application was started
+    assert head(catalog_hook, name) == before
+
+
 def test_row_guard_aborts_before_the_commit_naming_the_numbers(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("guard_rows"), rows=300)
     before = head(catalog_hook, name)

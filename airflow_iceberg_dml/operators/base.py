@@ -77,7 +77,7 @@ def run_key(context: Context) -> RunKey:
 
 
 def commit_properties(context: Context, own: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The summary entries of every commit the job makes: ``own``, then the run key and the try."""
+    """The summary entries of every commit the job makes: the user's ``own``, then the run key and the try."""
     return {**summary_entries(own), **run_key(context).summary_properties(context["ti"].try_number)}
 
 

@@ -255,7 +255,9 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             subjects=tuple(subjects or ()),
             subjects_query=query,
             run_key=run_key(context),
-            snapshot_properties=commit_properties(context, own) if self.mode is ErasureMode.ERASE else {},
+            snapshot_properties={**own, **commit_properties(context)}
+            if self.mode is ErasureMode.ERASE
+            else {},
             write_mode=self.write_mode,
             conflict_retries=self.conflict_retries,
             protected_refs=self.protected_refs,
