@@ -272,6 +272,20 @@ def test_a_summary_entry_iceberg_writes_is_refused_before_spark(spark, catalog_h
     assert head(catalog_hook, name) == before
 
 
+def test_a_tag_given_as_the_branch_fails_before_spark(spark, catalog_hook):
+    """``branch="release_1"`` where ``release_1`` is a tag: no commit can move a tag (Spark's failure was
+    retryable, so Airflow tried again); the task fails before Spark, without retries, saying so."""
+    name = create_orders_table(spark, new_table_name("tagged"), rows=30)
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} CREATE TAG release_1")
+    before = head(catalog_hook, name)
+    operator = IcebergDeleteOperator(task_id="t", table=name, where="order_id = 1", branch="release_1")
+    ti = SimpleNamespace(dag_id="dag_t", task_id="t", run_id="manual__1", map_index=-1, try_number=1)
+    with pytest.raises(AirflowFailException, match=r"BranchNotFoundError: Branch 'release_1' is a tag"):
+        operator.execute({"ti": ti, "outlet_events": {}})
+    assert operator._engine is None  # no Spark application was started
+    assert head(catalog_hook, name) == before
+
+
 def test_row_guard_aborts_before_the_commit_naming_the_numbers(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("guard_rows"), rows=300)
     before = head(catalog_hook, name)
