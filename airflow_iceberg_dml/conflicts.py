@@ -109,7 +109,8 @@ _INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
 def is_input_error(error: BaseException) -> bool:
     """Whether Spark failed on the statement's own text or on the data it evaluated, not on the
     cluster, the network or the catalog: retrying cannot help. Iceberg's failure on a metadata column
-    in a row-level command's condition is one (:mod:`airflow_iceberg_dml.metadata_columns`)."""
+    in a row-level command's condition is one, and so is its refusal of a table with a column named as
+    a metadata column (:mod:`airflow_iceberg_dml.metadata_columns`)."""
     if sql_state(error)[:2] in _INPUT_SQLSTATE_CLASSES or error_condition(error).startswith(
         _INPUT_CONDITIONS
     ):
@@ -154,9 +155,8 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     for class_name, message in java_causes(error):
         kind = class_name.rsplit(".", 1)[-1]
         first_line = next((line for line in message.splitlines() if line.strip()), "").strip()[:300]
-        if unbound_metadata_column([message]) or reserved_name_refusal(
-            [message]
-        ):  # about the text, the table
+        # Iceberg's validation failing on the command's text or the table's columns: not a conflict.
+        if unbound_metadata_column([message]) or reserved_name_refusal([message]):
             return None
         if kind in ICEBERG_COMMIT_EXCEPTIONS:
             return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line}"

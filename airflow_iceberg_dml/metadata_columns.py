@@ -9,6 +9,10 @@ works, and so does the same predicate inside a subquery, which is not the comman
 package does not refuse the text; it names the failure as bad input, not a commit conflict
 (:mod:`airflow_iceberg_dml.conflicts`), with the way that works.
 
+A table whose own column has the name of a metadata column the commands read (a file connector's
+``_file``) is another matter: Iceberg refuses every row-level command on it, so the operators refuse
+it before Spark (:func:`reserved_column_problem`), naming the rename.
+
 Pure: no Spark, no Airflow.
 """
 
@@ -99,7 +103,7 @@ def metadata_hint(messages: Iterable[str], texts: Iterable[str], qualifier: str 
     """What to write instead, after a row-level command failed on bad input: when its error is the
     failure on a metadata column (``messages``: the error and its causes), or one of its ``texts``
     names one (:func:`named_metadata_column`), unqualified or qualified by ``qualifier``; ``""`` otherwise."""
-    qualifiers = {None, qualifier}
+    qualifiers = (qualifier, None) if qualifier is not None else (None,)
     named = next(
         (name for text in texts for each in qualifiers if (name := named_metadata_column(text, (), each))),
         None,

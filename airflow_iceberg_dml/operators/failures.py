@@ -40,14 +40,18 @@ _PACKAGE_KEYS = frozenset(
 _PACKAGE_PREFIX = "airflow-iceberg-dml."
 _ENGINE_KEYS = frozenset(
     {
-        *(
-            SummaryKey.SPARK_APP_ID,
-            SummaryKey.APP_ID,
-            "changed-partition-count",
-            "partition-summaries-included",
-        ),
-        *("engine-name", "engine-version", "iceberg-version", "entries-processed", "deleted-duplicate-files"),
-        *("published-wap-id", "source-snapshot-id", "replace-partitions"),
+        SummaryKey.SPARK_APP_ID,
+        SummaryKey.APP_ID,
+        "changed-partition-count",
+        "partition-summaries-included",
+        "engine-name",
+        "engine-version",
+        "iceberg-version",
+        "entries-processed",
+        "deleted-duplicate-files",
+        "published-wap-id",
+        "source-snapshot-id",
+        "replace-partitions",
     }
 )
 _ENGINE_PREFIXES = ("added-", "deleted-", "removed-", "total-", "manifests-", "partitions.")
