@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ValidationError
+from pyiceberg.table.refs import SnapshotRefType
 
 from airflow_iceberg_dml import runtime
 from airflow_iceberg_dml.catalog_config import CatalogConfig, embedded_properties
@@ -120,14 +121,17 @@ class IcebergCatalogHook(IcebergHook):
             ) from None
 
     @staticmethod
-    def head_snapshot(table: Table, branch: str | None = None) -> Snapshot | None:
-        """The head snapshot of ``branch`` (``main`` when None), or raise :class:`BranchNotFoundError`."""
+    def head_snapshot(table: Table, branch: str | None = None, *, writing: bool = False) -> Snapshot | None:
+        """The head snapshot of ``branch`` (``main`` when None), or raise :class:`BranchNotFoundError`:
+        also for a tag when the caller is ``writing`` (a commit cannot move a tag)."""
         if branch is None:
             return table.current_snapshot()
-        if branch not in table.metadata.refs:
+        ref = table.metadata.refs.get(branch)
+        if ref is None or (writing and ref.snapshot_ref_type == SnapshotRefType.TAG):
+            kind = "is a tag, which no commit can move" if ref is not None else "does not exist"
             raise BranchNotFoundError(
-                f"Branch {branch!r} does not exist on table {'.'.join(table.name())!r}; create it first "
-                f"(ALTER TABLE ... CREATE BRANCH {branch})."
+                f"Branch {branch!r} {kind} on table {'.'.join(table.name())!r}; give a branch, or create it "
+                f"first (ALTER TABLE ... CREATE BRANCH ...)."
             )
         return table.snapshot_by_name(branch)
 

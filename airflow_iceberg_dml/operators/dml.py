@@ -293,7 +293,7 @@ class BaseIcebergDmlOperator(
             raise UnsupportedTableError(problem)
         spec = self.build_spec(run.context, table)
         self.merge_on_read_merge = table.properties.get(MERGE_MODE) == WriteMode.MERGE_ON_READ.value
-        head = run.catalog_hook.head_snapshot(table, spec.branch)
+        head = run.catalog_hook.head_snapshot(table, spec.branch, writing=True)
         head_id = head.snapshot_id if head else None
         # Before the expected-snapshot check: an earlier try's own commit has moved the head.
         replayed = self._replay(run, table, spec, head_id)
