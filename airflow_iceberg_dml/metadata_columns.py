@@ -69,16 +69,15 @@ def _names_only(text: str) -> str:
     )
 
 
-def named_metadata_column(text: str, columns: Iterable[str], qualifier: str | None = None) -> str | None:
-    """The first of Iceberg's metadata columns that ``text`` names as the table's (not one of ``columns``,
-    the table's own, and not a struct's field), when ``text`` has no subquery; else None. With
-    ``qualifier`` (a MERGE's target alias), only the names it qualifies (``t._file``) count."""
+def named_metadata_column(text: str, qualifier: str | None = None) -> str | None:
+    """The first of Iceberg's metadata columns that ``text`` names (not a struct's field), when ``text``
+    has no subquery; else None. With ``qualifier`` (a MERGE's target alias), only the names it
+    qualifies (``t._file``) count."""
     if may_have_subquery(text):
         return None
     names = _names_only(text)
-    candidates = METADATA_COLUMNS - {column.lower() for column in columns}
     for found in _NAME.finditer(names):
-        if found.group().lower() not in candidates:
+        if found.group().lower() not in METADATA_COLUMNS:
             continue
         before = names[: found.start()].rstrip()
         if qualifier is None and not before.endswith("."):
@@ -105,7 +104,7 @@ def metadata_hint(messages: Iterable[str], texts: Iterable[str], qualifier: str 
     names one (:func:`named_metadata_column`), unqualified or qualified by ``qualifier``; ``""`` otherwise."""
     qualifiers = (qualifier, None) if qualifier is not None else (None,)
     named = next(
-        (name for text in texts for each in qualifiers if (name := named_metadata_column(text, (), each))),
+        (name for text in texts for each in qualifiers if (name := named_metadata_column(text, each))),
         None,
     )
     if named is None and not unbound_metadata_column(messages):

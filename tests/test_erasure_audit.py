@@ -408,24 +408,32 @@ def test_erased_keys_left_fail_the_purge_or_with_on_remaining_warn_are_logged(mo
         assert re.search(where + r".*on_remaining='warn'", lines[0]), lines
 
 
+def _layers_checked(table: Any) -> Any:
+    """The verification entry of ``sales.orders`` (a stand-in ``table``) after the layer check of
+    customer 7's key, which deleted nothing."""
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
+
+    salt = new_salt()
+    catalog: Any = SimpleNamespace(load_table=lambda name: table)
+    entry: Any = {"column": "o_custkey", "verification": {"clean": True, "remaining": []}}
+    spec: Any = SimpleNamespace(digest_salt=salt, orphan_grace_ms=0)
+    deleted = ErasureStorageHook(catalog, "sales.orders").check_layers(
+        "sales.orders", entry, KeyDigests.of([7], salt), spec
+    )
+    assert deleted == []
+    return entry
+
+
 def test_with_another_file_io_the_layers_are_reported_not_checked_and_the_purge_is_not_clean():
     """docs/erasure.md: the layers are listed through pyarrow's FileIO; with another, the verdict says so."""
     from types import SimpleNamespace
 
-    from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
     from airflow_iceberg_dml.erasure_report import remaining_places
 
-    salt = new_salt()
-    table = SimpleNamespace(io=SimpleNamespace(), location=lambda: "s3://lake/sales/orders")
-    catalog: Any = SimpleNamespace(load_table=lambda name: table)
-    entry: Any = {"column": "o_custkey", "verification": {"clean": True, "remaining": []}}
-    spec: Any = SimpleNamespace(digest_salt=salt, orphan_grace_ms=0)
+    entry = _layers_checked(SimpleNamespace(io=SimpleNamespace(), location=lambda: "s3://lake/sales/orders"))
 
-    deleted = ErasureStorageHook(catalog, "sales.orders").check_layers(
-        "sales.orders", entry, KeyDigests.of([7], salt), spec
-    )
-
-    assert deleted == []
     assert entry["verification"]["clean"] is False
     assert "not SimpleNamespace" in entry["verification"]["layers"]["not_checked"]
     places = remaining_places(cast("Any", {"tables": {"sales.orders": entry}}))
@@ -439,23 +447,13 @@ def test_a_write_path_on_another_file_system_is_reported_not_checked_and_the_pur
 
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
-
-    salt = new_salt()
     table = SimpleNamespace(
         io=PyArrowFileIO(),
         location=lambda: f"file://{tmp_path}/orders",
         properties={"write.data.path": "s3://other-bucket/orders/data"},
     )
-    catalog: Any = SimpleNamespace(load_table=lambda name: table)
-    entry: Any = {"column": "o_custkey", "verification": {"clean": True, "remaining": []}}
-    spec: Any = SimpleNamespace(digest_salt=salt, orphan_grace_ms=0)
+    entry = _layers_checked(table)
 
-    deleted = ErasureStorageHook(catalog, "sales.orders").check_layers(
-        "sales.orders", entry, KeyDigests.of([7], salt), spec
-    )
-
-    assert deleted == []
     assert entry["verification"]["clean"] is False
     not_checked = entry["verification"]["layers"]["not_checked"]
     assert "s3://other-bucket/orders/data, on another file system than its location" in not_checked
