@@ -716,12 +716,18 @@ def test_bad_input_is_refused_before_anything_is_written(spark, catalog_hook):
         ("SELECT 'a' AS k", "returns string keys, which cannot name rows of .*customer_id \\(bigint\\)"),
         ("SELECT 1 AS a, 2 AS b", "one column"),
         ("SELECT id FROM tests.no_such_requests", "cannot run"),
+        # A cast that fails on one request's row fails on every try: not retried.
+        (
+            "SELECT CAST(k AS BIGINT) FROM VALUES ('7'), ('seven') AS requests(k)",
+            "failed on the data: .*CAST_INVALID_INPUT.*'seven'",
+        ),
     ]:
         erasure = ErasureSpec(
             mode=ErasureMode.ERASE, catalog=CATALOG, erasure_id="x", targets=targets, subjects_query=query
         )
         record = run_spec(spark, erasure)
         assert record.error_type == "InvalidSubjectsError", record
+        assert record.retryable is False
         assert pytest.importorskip("re").search(problem, record.error_message or "")
     assert load(catalog_hook, orders).current_snapshot().snapshot_id == head
 

@@ -43,6 +43,7 @@ from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_message,
     functions,
+    is_input_error,
     log,
     run_job,
     run_main,
@@ -168,16 +169,21 @@ class ErasureJob(PurgeSteps):
                             f"({type_name})."
                         )
             return sorted(values)
+        return self._query_subjects(spec.subjects_query, subject_types)
+
+    def _query_subjects(self, query: str, subject_types: Sequence[tuple[str, str]]) -> list[Any]:
+        """The keys ``subjects_query`` returns, once each, sorted; InvalidSubjectsError for a query that
+        cannot run, returns keys of another type, or fails on the requests' data."""
         from pyspark.errors import AnalysisException, ParseException
 
-        problem = sql.expression_problem(spec.subjects_query)
+        problem = sql.expression_problem(query)
         if problem:
             raise InvalidSubjectsError(f"subjects_query: {problem}")
         # The query runs with the job's catalog as the current one: ``privacy.requests`` is a table in it.
         previous = self.spark.catalog.currentCatalog()
-        self.spark.catalog.setCurrentCatalog(spec.catalog)
+        self.spark.catalog.setCurrentCatalog(self.spec.catalog)
         try:
-            frame = self.spark.sql(sql.subquery(spec.subjects_query, "erasure_subjects"))
+            frame = self.spark.sql(sql.subquery(query, "erasure_subjects"))
             self._check_query_keys(frame.schema.fields, subject_types)
             key = self.functions.col(frame.columns[0])
             rows = frame.where(key.isNotNull()).distinct().collect()
@@ -187,6 +193,14 @@ class ErasureJob(PurgeSteps):
             ) from None
         except AnalysisException as error:
             raise InvalidSubjectsError(f"subjects_query cannot run: {error_message(error)}") from None
+        except InvalidSubjectsError:
+            raise
+        except Exception as error:
+            if not is_input_error(error):  # the cluster or the storage: a retry may succeed
+                raise
+            # A cast or a division that fails on the requests' rows fails the same way on every try.
+            problem = error_message(error).splitlines()[0] if error_message(error) else repr(error)
+            raise InvalidSubjectsError(f"subjects_query failed on the data: {problem}") from None
         finally:
             self.spark.catalog.setCurrentCatalog(previous)
         return sorted(row[0] for row in rows)
