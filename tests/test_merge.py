@@ -787,6 +787,21 @@ def test_a_slice_overwrite_whose_rows_fall_outside_the_slice_commits_nothing(spa
     assert head_id(catalog_hook, name) == before
 
 
+def test_a_slice_overwrite_whose_source_cannot_be_written_is_named_as_one_and_commits_nothing(
+    spark, catalog_hook
+):
+    """A source value Spark cannot write to its column (a string for the double ``v``) fails without
+    retry, the error naming the slice overwrite the user asked for, not the MERGE the job plans."""
+    name = make_daily(spark)
+    before = (head_id(catalog_hook, name), daily_rows(catalog_hook, name))
+
+    with pytest.raises(
+        InvalidExpressionError, match=rf"^Slice overwrite into '{name}': a source column .* cannot be written"
+    ):
+        overwrite(spark, name, "2026-11-02", "SELECT :ds AS ds, id AS k, 'abc' AS v FROM range(3)")
+    assert (head_id(catalog_hook, name), daily_rows(catalog_hook, name)) == before
+
+
 @pytest.mark.parametrize(
     ("slice_", "message"),
     [

@@ -329,7 +329,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         refused = merge_errors.planning_error(text)
         if refused is not None:
             hint = merge_errors.metadata_column_hint(refused, self._texts(), self.spec.target_alias)
-            raise merge_errors.analysis_error(self.spec.table, refused, hint)
+            raise merge_errors.analysis_error(self.spec.table, refused, hint, self.kind)
 
     def _check_on_names_both_sides(self) -> None:
         from pyspark.errors import AnalysisException
@@ -366,7 +366,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
             ):
                 raise unparsable from None
             hint = merge_errors.metadata_column_hint(error, self._texts(), self.spec.target_alias)
-            raise merge_errors.analysis_error(self.spec.table, error_message(error), hint) from None
+            problem = error_message(error)
+            raise merge_errors.analysis_error(self.spec.table, problem, hint, self.kind) from None
 
     def _texts(self) -> Iterator[tuple[str, str, str]]:
         """The user's expressions in the statement: what each is, as given, as bound."""

@@ -34,21 +34,21 @@ def planning_error(plan: str) -> str | None:
     return None
 
 
-def analysis_error(table: str, message: str, hint: str = "") -> IcebergDmlError:
-    """Spark's analysis error (``[CONDITION] text``) on a MERGE into ``table``, ``hint`` after it."""
+def analysis_error(table: str, message: str, hint: str = "", kind: str = "MERGE") -> IcebergDmlError:
+    """Spark's analysis error (``[CONDITION] text``) on a ``kind`` (a MERGE, a slice overwrite) into
+    ``table``, ``hint`` after it."""
     condition = message[1 : message.find("]")] if message.startswith("[") else ""
     first = message.splitlines()[0].replace("table ``", f"table {table}")
+    change = f"{kind} into {table!r}"
     if condition.startswith("UNRESOLVED_COLUMN"):
-        return UnknownColumnError(
-            f"MERGE into {table!r}: a column is not in the target or the source: {first}"
-        )
+        return UnknownColumnError(f"{change}: a column is not in the target or the source: {first}")
     if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
-        return TableNotFoundError(f"MERGE into {table!r}: {first}")
+        return TableNotFoundError(f"{change}: {first}")
     if condition.startswith("INCOMPATIBLE_DATA_FOR_TABLE"):
         return InvalidExpressionError(
-            f"MERGE into {table!r}: a source column or value cannot be written to its target column: {first}"
+            f"{change}: a source column or value cannot be written to its target column: {first}"
         )
-    return InvalidExpressionError(f"MERGE into {table!r}: {first}{hint}")
+    return InvalidExpressionError(f"{change}: {first}{hint}")
 
 
 def metadata_column_hint(
