@@ -53,6 +53,12 @@ ICEBERG_COMMIT_EXCEPTIONS: dict[str, FailureKind] = {
 #: a concurrent expiry (a purge's of its own intermediate commits) removed it. Nothing was committed,
 #: and a re-plan starts from the new head, so it is a conflict too.
 _EXPIRED_START = re.compile(r"Snapshot -?\d+ is not an ancestor of -?\d+")
+#: Where an Iceberg validation message starts quoting values of the table's rows: the conflict's filter
+#: (the change's condition, its bound parameters in it: an erasure's keys) after " matching ", a data or
+#: delete file (its partition values with it) after ": ".
+_VALIDATION_DETAIL = re.compile(r" matching |: ")
+#: A partition folder in a file path the message names before that (``customer_id=17``).
+_PARTITION_FOLDER = re.compile(r"(?<=/)([^/=\s]+)=[^/\s]*(?=/)")
 #: ``rewrite_data_files`` with partial progress: more file groups' commits failed than
 #: ``partial-progress.max-failed-commits`` allows. The other groups committed; a re-plan takes the rest.
 _GROUP_COMMITS_FAILED = re.compile(r"partial-progress\.enabled is true but \d+ rewrite commits failed")
@@ -154,10 +160,11 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     """(kind, ``"<Exception>: <first line>"``) when an Iceberg commit exception is behind ``error``."""
     for class_name, message in java_causes(error):
         kind = class_name.rsplit(".", 1)[-1]
-        first_line = next((line for line in message.splitlines() if line.strip()), "").strip()[:300]
+        first_line = next((line for line in message.splitlines() if line.strip()), "").strip()
         # Iceberg's validation failing on the command's text or the table's columns: not a conflict.
         if unbound_metadata_column([message]) or reserved_name_refusal([message]):
             return None
+        first_line = (validation_summary(first_line) if kind == "ValidationException" else first_line)[:300]
         if kind in ICEBERG_COMMIT_EXCEPTIONS:
             return ICEBERG_COMMIT_EXCEPTIONS[kind], f"{kind}: {first_line}"
         if kind == "IllegalArgumentException" and _EXPIRED_START.search(message):
@@ -168,6 +175,17 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
                 f"{kind}: {first_line.split('. ', 1)[0]} (the others committed)",
             )
     return None
+
+
+def validation_summary(line: str) -> str:
+    """What Iceberg's validation message says failed, without the values it quotes: the task log and
+    the task's error never show a value of the table's rows (an erasure's keys, a change's bound
+    parameters), though Iceberg puts them in the conflict's filter and in a file's partition folders."""
+    detail = _VALIDATION_DETAIL.search(line)
+    summary = line[: detail.start()] if detail else line
+    if detail and detail.group() == " matching ":
+        summary += " matching the change's condition"
+    return _PARTITION_FOLDER.sub(r"\1=<value>", summary)
 
 
 #: gRPC status codes of a server that is not there (gone, restarting, unreachable).

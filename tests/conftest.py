@@ -292,6 +292,42 @@ def xcom_result(dag_run: DagRun, task_id: str, map_index: int = -1) -> Any:
         return row.value
 
 
+def _commit_during_next_spark_job(spark: SparkSession, commit: Any) -> Any:
+    """Run ``commit`` from another writer as soon as the session's next Spark job is running."""
+    import threading
+    import time
+
+    tracker = spark.sparkContext.statusTracker()
+    started = set(tracker.getJobIdsForGroup(None))
+
+    def wait_then_commit() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not set(tracker.getActiveJobsIds()) - started:
+            time.sleep(0.05)
+        commit()
+
+    thread = threading.Thread(target=wait_then_commit, daemon=True)
+    thread.start()
+    return thread
+
+
+def commit_during_the_write(spark: SparkSession, monkeypatch: pytest.MonkeyPatch, commit: Any) -> list[Any]:
+    """Run ``commit`` from another writer while a DML job's own write runs (after its match check)."""
+    from airflow_iceberg_dml.jobs.dml import DmlJob
+
+    checked = DmlJob._matches_any
+    others: list[Any] = []
+
+    def check_then_race(job: DmlJob, head: int) -> bool:
+        matches = checked(job, head)
+        if not others:
+            others.append(_commit_during_next_spark_job(spark, commit))
+        return matches
+
+    monkeypatch.setattr(DmlJob, "_matches_any", check_then_race)
+    return others
+
+
 def free_port() -> int:
     """A TCP port nothing listens on, on loopback."""
     import socket

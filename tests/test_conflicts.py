@@ -60,7 +60,7 @@ def _iceberg(kind: str, message: str = "Found conflicting files") -> _Py4JError:
     return _Py4JError(_JavaException("org.apache.spark.SparkException", "Job aborted", cause))
 
 
-def _connect_error(kind: str):
+def _connect_error(kind: str, message: str = "Cannot commit, stale metadata"):
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
     class _ConnectError(SparkConnectGrpcException):
@@ -73,7 +73,7 @@ def _connect_error(kind: str):
         def getStackTrace(self):  # noqa: N802
             return (
                 "org.apache.spark.SparkException: Job aborted\n"
-                f"Caused by: org.apache.iceberg.exceptions.{kind}: Cannot commit: stale metadata\n"
+                f"Caused by: org.apache.iceberg.exceptions.{kind}: {message}\n"
             )
 
     return _ConnectError()
@@ -83,7 +83,7 @@ def _connect_error(kind: str):
 def test_each_iceberg_commit_exception_is_known_through_py4j_and_spark_connect(kind, expected):
     assert classify(_iceberg(kind)) is expected
     assert classify(_connect_error(kind)) is expected
-    assert commit_failure(_connect_error(kind)) == (expected, f"{kind}: Cannot commit: stale metadata")
+    assert commit_failure(_connect_error(kind)) == (expected, f"{kind}: Cannot commit, stale metadata")
 
 
 def test_the_first_line_of_the_message_describes_the_conflict():
@@ -92,6 +92,36 @@ def test_the_first_line_of_the_message_describes_the_conflict():
         FailureKind.COMMIT_CONFLICT,
         "ValidationException: Found new conflicting delete files",
     )
+
+
+@pytest.mark.parametrize(
+    ("message", "described"),
+    [
+        (
+            'Found conflicting files that can contain records matching ref(name="customer_id") in (9000017, '
+            "9000042): [file:///w/orders/data/customer_id=9000017/00000-a.parquet]",
+            "Found conflicting files that can contain records matching the change's condition",
+        ),
+        (
+            "Found concurrently added DV for file:///w/orders/data/customer_id=9000017/00000-a.parquet: "
+            "DV{location=file:///w/orders/data/customer_id=9000017/00001-b.puffin}",
+            "Found concurrently added DV for file:///w/orders/data/customer_id=<value>/00000-a.parquet",
+        ),
+        (
+            "Cannot commit, found new position delete for replaced data file: GenericDataFile{content=data, "
+            "partition=PartitionData{customer_id=9000017}}",
+            "Cannot commit, found new position delete for replaced data file",
+        ),
+    ],
+)
+def test_a_conflict_is_described_without_the_values_iceberg_quotes(message, described):
+    """Iceberg's validation message quotes the conflict's filter, with the change's values (an erasure's
+    keys), and files with their partition values: the description, logged and raised, holds neither."""
+    assert commit_failure(_iceberg("ValidationException", message)) == (
+        FailureKind.COMMIT_CONFLICT,
+        f"ValidationException: {described}",
+    )
+    assert "9000017" not in commit_failure(_connect_error("ValidationException", message))[1]
 
 
 def test_a_start_snapshot_expired_while_the_change_ran_is_a_conflict():

@@ -924,6 +924,54 @@ def test_a_concurrent_delete_and_append_during_the_purge_lose_nothing(spark, cat
     assert live(catalog_hook, orders, "order_id") == sorted(expected)
 
 
+def test_a_subjects_order_arriving_during_the_erasure_is_a_conflict_logged_without_the_keys(
+    spark, catalog_hook, monkeypatch, capfd
+):
+    """Iceberg's conflict message quotes the conflict's filter (the subjects' keys) and its files (a
+    folder per key on a table partitioned by the key). An order of a subject that arrives while the
+    erasure's DELETE runs is a conflict: the job re-plans and erases that order too, and its log names
+    the conflict without a key."""
+    from airflow_iceberg_dml.jobs import erase
+    from airflow_iceberg_dml.jobs.runner import quiet_analysis_errors
+    from tests.conftest import commit_during_the_write
+
+    quiet_analysis_errors()  # as the jobs' entry points do (spark-submit's, the Connect engine's)
+    orders, _ = create_tables(spark, "v2_by_key")
+    # The DELETE made slow enough for the other writer's append to land while it runs.
+    spark.udf.register("slow_yes", lambda order_id: time.sleep(0.02) is None, "boolean")
+    keys_where = erase.row_level_where
+    monkeypatch.setattr(
+        erase, "row_level_where", lambda column: f"slow_yes(order_id) AND {keys_where(column)}"
+    )
+    arrived = pa.table({"order_id": [ORDERS + 1], "customer_id": [SUBJECTS[1]], "status": ["O"]})
+
+    def another_writer() -> None:
+        table = load(catalog_hook, orders)
+        table.append(arrived.cast(table.schema().as_arrow()))
+
+    others = commit_during_the_write(spark, monkeypatch, another_writer)
+    spec = ErasureSpec(
+        mode=ErasureMode.ERASE,
+        catalog=CATALOG,
+        erasure_id="arrived",
+        targets=(ErasureTarget(orders, "customer_id"),),
+        subjects=tuple(SUBJECTS),
+    )
+
+    record = run_spec(spark, spec)
+    others[0].join()
+
+    output = "".join(capfd.readouterr())
+    assert record.outcome is Outcome.COMMITTED, record
+    assert (
+        "Commit conflict (attempt 1 of 3): ValidationException: Found conflicting files that can contain "
+        "records matching the change's condition. Re-planning." in output
+    )
+    assert not [line for line in output.splitlines() if any(str(key) in line for key in SUBJECTS)]
+    remaining = set(range(1, ORDERS + 1)) - erased_orders()
+    assert live(catalog_hook, orders, "order_id") == sorted(remaining)
+
+
 @pytest.mark.slow
 def test_the_example_dag_erases_the_requested_customers_and_purges_them_through_spark_submit(
     catalog_hook, airflow_db

@@ -7,7 +7,6 @@ leaves the table on the same snapshot.
 from __future__ import annotations
 
 import re
-import threading
 import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,7 @@ from airflow_iceberg_dml.spec import (
     RunKey,
     SummaryKey,
 )
-from tests.conftest import CATALOG, create_orders_table, load, new_table_name
+from tests.conftest import CATALOG, commit_during_the_write, create_orders_table, load, new_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -515,22 +514,6 @@ def test_a_pinned_change_applied_again_starts_from_its_own_earlier_commit_and_no
     assert head(catalog_hook, name) == moved
 
 
-def _commit_during_next_spark_job(spark, commit) -> threading.Thread:
-    """Run ``commit`` from another writer as soon as the session's next Spark job is running."""
-    tracker = spark.sparkContext.statusTracker()
-    started = set(tracker.getJobIdsForGroup(None))
-
-    def wait_then_commit() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not set(tracker.getActiveJobsIds()) - started:
-            time.sleep(0.05)
-        commit()
-
-    thread = threading.Thread(target=wait_then_commit, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.fixture(scope="module")
 def slow_filter(spark):
     """A deterministic predicate slow enough for another writer to commit while a change runs."""
@@ -543,21 +526,6 @@ def slow_filter(spark):
     return "slow_even(order_id)"
 
 
-def _commit_during_the_write(spark, monkeypatch, commit) -> list[threading.Thread]:
-    """Run ``commit`` from another writer while the change's own write runs (after its match check)."""
-    checked = DmlJob._matches_any
-    others: list[threading.Thread] = []
-
-    def check_then_race(job: DmlJob, head: int) -> bool:
-        matches = checked(job, head)
-        if not others:
-            others.append(_commit_during_next_spark_job(spark, commit))
-        return matches
-
-    monkeypatch.setattr(DmlJob, "_matches_any", check_then_race)
-    return others
-
-
 @pytest.mark.parametrize(("retries", "outcome"), [(2, "committed"), (0, "conflict")])
 def test_a_commit_conflict_is_replanned_within_bounds(
     spark, catalog_hook, slow_filter, retries, outcome, capsys, monkeypatch
@@ -565,7 +533,7 @@ def test_a_commit_conflict_is_replanned_within_bounds(
     name = create_orders_table(spark, new_table_name("conflict"), rows=200, files_per_partition=1)
     table = load(catalog_hook, name)
     # The other writer rewrites the data files this DELETE is deleting from (pyiceberg copy-on-write).
-    others = _commit_during_the_write(spark, monkeypatch, lambda: table.delete("order_id <= 150"))
+    others = commit_during_the_write(spark, monkeypatch, lambda: table.delete("order_id <= 150"))
     if outcome == "committed":
         record = run(spark, name, where=slow_filter, commit_policy=CommitPolicy(conflict_retries=retries))
         others[0].join()
