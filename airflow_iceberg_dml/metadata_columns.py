@@ -35,7 +35,7 @@ SELECT_INSTEAD = (
     "Iceberg's row-level commands cannot take a condition on a metadata column as their filter (the "
     "commit's conflict check knows only the table's own columns): select the rows by the table's "
     "columns, for example through a subquery, "
-    "order_id IN (SELECT order_id FROM <catalog>.<namespace>.<table> WHERE _file = '...')"
+    "order_id IN (SELECT order_id FROM <namespace>.<table> WHERE _file = '...')"
 )
 #: The metadata columns every row-level command reads (where a row is, and its file's partition): a
 #: table column of one of these names makes Iceberg 1.11 refuse every DELETE, UPDATE and MERGE on the

@@ -317,6 +317,23 @@ def test_a_query_reads_the_checked_table_where_it_says_table_and_leaves_the_same
     )
 
 
+def test_a_query_reads_other_tables_of_the_checked_tables_catalog_without_its_prefix(spark, catalog_hook):
+    """A ``sql`` check's query names another table as the checked one is named (``ns.t``), in the
+    connection's catalog, whatever Spark's current catalog was."""
+    name = create_orders_table(spark, new_table_name("checks_other"), rows=30, files_per_partition=1)
+    held = new_table_name("checks_held")
+    spark.sql(f"CREATE TABLE {CATALOG}.{held} (order_id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {CATALOG}.{held} VALUES (4), (9), (400)")
+    query = f"SELECT count(*) FROM {{table}} WHERE order_id IN (SELECT order_id FROM {held})"
+    spec = CheckSpec(catalog=CATALOG, table=name, checks=(Check("held", CheckKind.SQL, query=query),))
+    spark.catalog.setCurrentCatalog("spark_catalog")  # Spark's own default, as a new session has it
+
+    record = CheckJob(spark, spec).run()
+
+    assert record.outcome is Outcome.CHECKED, record
+    assert counts(record)["held"]["failing"] == 2  # orders 4 and 9; there is no order 400
+
+
 def test_a_table_never_written_has_nothing_to_check(spark, catalog_hook):
     name = new_table_name("checks_unwritten")
     spark.sql(f"CREATE TABLE {CATALOG}.{name} (id BIGINT) USING iceberg")

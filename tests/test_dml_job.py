@@ -550,3 +550,33 @@ def test_only_constant_predicates_get_the_edge_case_plans(spark, catalog_hook, w
     assert (
         DmlJob(spark, DmlSpec(kind=JobKind.DELETE, catalog=CATALOG, table=name, where=where))._plan() is plan
     )
+
+
+def test_a_subquery_in_where_reads_a_table_of_the_targets_catalog_without_its_prefix(spark, catalog_hook):
+    """``where="order_id IN (SELECT order_id FROM ns.quarantine)"``: the subquery's table is in the
+    connection's catalog, as the table to change is and as a MERGE's source query's tables are, whatever
+    Spark's current catalog was."""
+    name = create_orders_table(spark, new_table_name("subquery"), rows=60, files_per_partition=1)
+    quarantine = new_table_name("quarantine")
+    spark.sql(f"CREATE TABLE {CATALOG}.{quarantine} (order_id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {CATALOG}.{quarantine} VALUES (3), (7), (59)")
+    spark.catalog.setCurrentCatalog("spark_catalog")  # Spark's own default, as a new session has it
+
+    run(spark, name, where=f"order_id IN (SELECT order_id FROM {quarantine})")
+    run(
+        spark,
+        name,
+        JobKind.UPDATE,
+        where=f"order_id IN (SELECT order_id + 1 FROM {quarantine})",
+        assignments={"comment": "'held'"},
+    )
+
+    rows = load(catalog_hook, name).scan().to_arrow().to_pylist()
+    assert sorted(row["order_id"] for row in rows) == [i for i in range(1, 61) if i not in (3, 7, 59)]
+    assert sorted(row["order_id"] for row in rows if row["comment"] == "held") == [4, 8, 60]
+    # A table the subquery reads that is not there is named as the where's, not as the changed table.
+    missing = "order_id IN (SELECT order_id FROM tests.no_such_quarantine)"
+    with pytest.raises(
+        TableNotFoundError, match=rf"^where={re.escape(repr(missing))}: a table it reads does not"
+    ):
+        run(spark, name, where=missing)

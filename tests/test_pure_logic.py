@@ -147,7 +147,8 @@ def test_a_merges_metadata_column_counts_when_its_target_alias_or_nothing_qualif
     assert named_metadata_column("`T`.`_pos` < 3", "t") == "_pos"
     assert named_metadata_column("s._file = 'x' OR _file = 'y'", "t") is None  # the source's; unqualified
     assert "'_file' is a metadata column" in metadata_hint([], ["s.id = t.id", "_file = 'y'"], "t")
-    assert "SELECT order_id FROM <catalog>" in metadata_hint(["Cannot find field '_pos' in struct: ..."], [])
+    unbound = ["Cannot find field '_pos' in struct: ..."]
+    assert "SELECT order_id FROM <namespace>.<table>" in metadata_hint(unbound, [])
     assert metadata_hint(["[UNRESOLVED_COLUMN] x"], ["s._file = t.id"], "t") == ""
 
 

@@ -135,7 +135,7 @@ def test_a_data_files_rows_are_deleted_through_a_subquery_on_its_metadata_column
     operator = IcebergDeleteOperator(
         task_id="drop_bad_file",
         table=name,
-        where=f"order_id IN (SELECT order_id FROM {CATALOG}.{name} WHERE _file = :path)",
+        where=f"order_id IN (SELECT order_id FROM {name} WHERE _file = :path)",
         parameters={"path": bad_file},
     )
     ti = SimpleNamespace(
@@ -167,7 +167,7 @@ def test_a_condition_iceberg_cannot_take_on_a_metadata_column_fails_at_once_nami
     path = sorted(task.file.file_path for task in load(catalog_hook, name).scan().plan_files())[0]
     before = head(catalog_hook, name)
     with pytest.raises(
-        InvalidPredicateError, match=r"SELECT order_id FROM <catalog>.<namespace>.<table> WHERE _file"
+        InvalidPredicateError, match=r"SELECT order_id FROM <namespace>.<table> WHERE _file"
     ) as raised:
         run(
             spark,
@@ -194,7 +194,7 @@ def test_a_merge_on_the_targets_metadata_column_fails_at_once_naming_what_works(
     for condition in ["t._file LIKE '%.parquet'", "_file LIKE '%.parquet'"]:
         deleting = MergeClause(MergeWhen.MATCHED, MergeAction.DELETE, condition=condition)
         with pytest.raises(
-            IcebergDmlError, match=r"metadata column.*SELECT order_id FROM <catalog>"
+            IcebergDmlError, match=r"metadata column.*SELECT order_id FROM <namespace>.<table>"
         ) as raised:
             merge(
                 spark,

@@ -102,6 +102,7 @@ class CheckJob:
         self.columns: dict[str, list[str]] = {}
 
     def run(self) -> JobRecord:
+        self.spark.catalog.setCurrentCatalog(self.spec.catalog)  # a query's other tables are the table's
         snapshot_id = self._snapshot()
         log(
             f"Checks of {self.table_name} (ref {self.ref}) at snapshot {snapshot_id}, "

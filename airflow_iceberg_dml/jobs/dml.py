@@ -106,6 +106,7 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
         spec = self.spec
         kind = spec.kind.value.upper()
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
+        self.spark.catalog.setCurrentCatalog(spec.catalog)  # a subquery's names are the table's, as a MERGE's
         self.state.refresh()  # a missing table is named before anything else
         head = self.state.head(self.ref)  # and so is a missing branch
         self._validate()

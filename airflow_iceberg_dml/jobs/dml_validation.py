@@ -123,8 +123,9 @@ class DmlValidation:
             if condition.startswith("UNRESOLVED_COLUMN"):
                 raise UnknownColumnError(f"{where}: unknown column. {error_message(error)}") from None
             if condition.startswith(("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE")):
+                # The table to change was found before this: the missing one is one the text reads.
                 raise TableNotFoundError(
-                    f"Table {self.spec.table!r} does not exist: {error_message(error)}"
+                    f"{where}: a table it reads does not exist: {error_message(error)}"
                 ) from None
             if condition.startswith("INVALID_NON_DETERMINISTIC_EXPRESSIONS"):
                 # A retried or re-planned change must select and produce the same rows every time.
