@@ -36,6 +36,7 @@ from airflow_iceberg_dml.jobs.runner import (
     run_main,
 )
 from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
+from airflow_iceberg_dml.metadata_columns import may_have_subquery
 from airflow_iceberg_dml.spec import CheckKind, CheckSpec, JobRecord, Outcome
 from airflow_iceberg_dml.specs.common import with_table
 
@@ -102,7 +103,9 @@ class CheckJob:
         self.columns: dict[str, list[str]] = {}
 
     def run(self) -> JobRecord:
-        self.spark.catalog.setCurrentCatalog(self.spec.catalog)  # a query's other tables are the table's
+        texts = [check.query or check.condition or "" for check in self.spec.checks]
+        if any(may_have_subquery(text) for text in texts):  # its other tables are named as the table is
+            self.spark.catalog.setCurrentCatalog(self.spec.catalog)
         snapshot_id = self._snapshot()
         log(
             f"Checks of {self.table_name} (ref {self.ref}) at snapshot {snapshot_id}, "

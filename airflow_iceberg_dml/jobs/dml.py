@@ -43,6 +43,7 @@ from airflow_iceberg_dml.jobs.runner import (
     run_main,
 )
 from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
+from airflow_iceberg_dml.metadata_columns import may_have_subquery
 from airflow_iceberg_dml.spec import (
     DmlSpec,
     IsolationLevel,
@@ -102,11 +103,21 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
 
     # -- entry point -------------------------------------------------------------------------
 
+    def _resolve_names_in_the_tables_catalog(self) -> None:
+        """A subquery's tables (in ``where``, ``set``, an audit, a grouped change) are named as the changed
+        table is, in its catalog, as a MERGE source query's are: Spark's current catalog is set to it. Only
+        for a text that may hold one: on Spark Connect, that is one request more to the server."""
+        spec = self.spec
+        texts = [spec.where, *spec.assignments.values(), *spec.audits.queries.values()]
+        texts += [text for member in spec.group for text in (member.where, *member.assignments.values())]
+        if any(may_have_subquery(text) for text in texts):
+            self.spark.catalog.setCurrentCatalog(spec.catalog)
+
     def run(self) -> JobRecord:
         spec = self.spec
         kind = spec.kind.value.upper()
         log(f"{kind} on {self.table_name} (ref {self.ref}), Spark application {self.app_id}")
-        self.spark.catalog.setCurrentCatalog(spec.catalog)  # a subquery's names are the table's, as a MERGE's
+        self._resolve_names_in_the_tables_catalog()
         self.state.refresh()  # a missing table is named before anything else
         head = self.state.head(self.ref)  # and so is a missing branch
         self._validate()
