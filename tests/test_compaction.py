@@ -6,8 +6,10 @@ import os
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
 
@@ -298,6 +300,29 @@ def test_a_healthy_table_is_a_noop_without_spark(spark, catalog_hook, monkeypatc
     options = by_ratio.build_spec(CONTEXT, load(catalog_hook, name), health=by_ratio_health).calls[0].options
     assert options["delete-file-threshold"] == "2"
     assert options["delete-ratio-threshold"] == "0.005"
+
+
+@pytest.mark.parametrize("asked", [{"rewrite_all": True}, {"options": {"rewrite-all": "true"}}])
+def test_rewrite_all_rewrites_every_file_of_a_healthy_table(
+    spark, catalog_hook, spark_default_over_connect, asked
+):
+    """``rewrite_all`` asks for every file to be rewritten (a new sort order or file size applied to
+    all): the health check does not make it a no-op, as it does a compaction of what is unhealthy."""
+    name = create_orders_table(spark, new_table_name("rewrite_all"), rows=600, files_per_partition=1)
+    table = load(catalog_hook, name)
+    before = {task.file.file_path for task in table.scan().plan_files()}
+    rows = pyiceberg_rows(table)
+    assert catalog_hook.health(name).healthy  # nothing a threshold would rewrite
+    operator = IcebergCompactionOperator(task_id="compact", table=name, **asked)
+    events = defaultdict(lambda: SimpleNamespace(add=lambda *_, **__: None))
+
+    result = operator.execute({**CONTEXT, "outlet_events": events})
+
+    after = load(catalog_hook, name)
+    assert result["noop"] is False
+    assert result["rewritten_data_files_count"] == len(before) == 3
+    assert not before & {task.file.file_path for task in after.scan().plan_files()}
+    assert pyiceberg_rows(after) == rows
 
 
 @pytest.mark.parametrize(

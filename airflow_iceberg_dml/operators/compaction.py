@@ -88,7 +88,8 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
     :param max_concurrent_file_group_rewrites: File groups rewritten in parallel.
     :param min_input_files: Rewrite a group of small files only when it has this many (Iceberg's
         default 5).
-    :param rewrite_all: Rewrite every file in scope, whatever its size or deletes.
+    :param rewrite_all: Rewrite every file in scope, whatever its size or deletes, on a healthy table
+        too (a new sort order or target file size is applied to every file).
     :param options: Any other ``rewrite_data_files`` option, by its Iceberg name (checked before
         Spark starts; an unknown or invalid option fails the task naming it). (templated)
     :param rewrite_position_delete_files: Run ``rewrite_position_delete_files`` after the data
@@ -157,6 +158,12 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
     @property
     def forced(self) -> bool:
         return self.force
+
+    def _rewrites_all(self) -> bool:
+        """Whether every file in scope is to be rewritten (``rewrite_all``, or ``rewrite-all`` in
+        ``options``): asked for whatever the files' health, as a new sort order or file size may be."""
+        given = self.options.get("rewrite-all") if isinstance(self.options, Mapping) else None
+        return bool(self.rewrite_all) or str(given).lower() == "true"
 
     @property
     def conflict_retry_limit(self) -> int:
@@ -242,7 +249,8 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
         # validate_call below, rather than taken for the whole table.
         where = (self.where.strip() or None) if isinstance(self.where, str) else self.where
         calls: list[ProcedureCall] = []
-        data_needed = MaintenanceProcedure.REWRITE_DATA_FILES in health.needs or self.force
+        flagged = MaintenanceProcedure.REWRITE_DATA_FILES in health.needs
+        data_needed = flagged or self.force or self._rewrites_all()
         if data_needed:
             calls.append(
                 RewriteDataFilesCall(
@@ -272,7 +280,7 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
         return calls
 
     def not_needed_reason(self, health: HealthReport) -> str | None:
-        if self.rewrite_manifests:  # asked for always: never skipped as healthy
+        if self.rewrite_manifests or self._rewrites_all():  # asked for always: never skipped as healthy
             return None
         wanted = [MaintenanceProcedure.REWRITE_DATA_FILES]
         if self.rewrite_manifests is None:
