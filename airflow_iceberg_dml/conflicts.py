@@ -161,8 +161,11 @@ def commit_failure(error: BaseException) -> tuple[FailureKind, str] | None:
     for class_name, message in java_causes(error):
         kind = class_name.rsplit(".", 1)[-1]
         first_line = next((line for line in message.splitlines() if line.strip()), "").strip()
-        # Iceberg's validation failing on the command's text or the table's columns: not a conflict.
+        # Iceberg's validation failing on the command's text or the table's columns, or on a rewrite's
+        # sort order as it is planned (it checks one with the same exception): not a conflict.
         if unbound_metadata_column([message]) or reserved_name_refusal([message]):
+            return None
+        if kind == "ValidationException" and first_line.startswith("Cannot sort by"):
             return None
         first_line = (validation_summary(first_line) if kind == "ValidationException" else first_line)[:300]
         if kind in ICEBERG_COMMIT_EXCEPTIONS:

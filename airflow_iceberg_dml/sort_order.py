@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError
 from airflow_iceberg_dml.sql import quote_identifier
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,25 @@ class SortOrder:
     @property
     def columns(self) -> tuple[str, ...]:
         return self.zorder or tuple(field.column for field in self.fields)
+
+    def problem(self, not_primitive: Iterable[str], identity_partitioned: Iterable[str]) -> str | None:
+        """Why Iceberg cannot order a table's rows by these columns, or None: one is a struct, list or map
+        (Iceberg sorts and z-orders by primitive values), or every z-order column is an identity partition
+        column (one value per partition, which Iceberg refuses to z-order by alone)."""
+        nested = {name.lower() for name in not_primitive}
+        refused = [column for column in self.columns if column.lower() in nested]
+        if refused:
+            return (
+                f"column(s) {refused} are not of a primitive type (a struct, list or map): Iceberg sorts "
+                "and z-orders by primitive columns only."
+            )
+        identity = {name.lower() for name in identity_partitioned}
+        if self.zorder and all(column.lower() in identity for column in self.zorder):
+            return (
+                f"the z-order column(s) {list(self.zorder)} are all identity partition columns, one value "
+                "per partition: Iceberg z-orders by other columns only (add one, or sort by these)."
+            )
+        return None
 
     def render(self) -> str:
         """The canonical text, as ``rewrite_data_files``'s ``sort_order`` argument reads it."""

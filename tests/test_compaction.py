@@ -331,6 +331,16 @@ def test_rewrite_all_rewrites_every_file_of_a_healthy_table(
         # A template rendered natively to a number: it used to be taken for "no where", the whole table.
         ({"where": 5}, "where must be a non-empty Spark SQL predicate"),
         ({"options": "delete-file-threshold=1"}, "options must be a mapping of option name to value"),
+        # What Iceberg refuses to order by (it failed in the job, as a commit conflict or retryably).
+        (
+            {"strategy": "sort", "sort_order": "address DESC"},
+            r"sort_order='address DESC': column\(s\) \['address'\] are not of a primitive type",
+        ),
+        ({"strategy": "sort", "sort_order": "zorder(tags, order_id)"}, r"\['tags'\] are not of a primitive"),
+        (
+            {"strategy": "sort", "sort_order": "zorder(status)"},
+            r"z-order column\(s\) \['status'\] are all identity partition columns",
+        ),
     ],
 )
 def test_compaction_input_of_the_wrong_shape_fails_before_spark_without_retries(
@@ -344,6 +354,9 @@ def test_compaction_input_of_the_wrong_shape_fails_before_spark_without_retries(
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", "spark://192.0.2.1:7077")  # a Spark job would hang
     name = create_orders_table(spark, new_table_name("shape"), properties=MOR)
+    spark.sql(
+        f"ALTER TABLE {CATALOG}.{name} ADD COLUMNS (address STRUCT<city: STRING>, tags MAP<STRING, STRING>)"
+    )
     head = load(catalog_hook, name).current_snapshot().snapshot_id
     operator = IcebergCompactionOperator(
         task_id="compact", table=name, force=True, spark_conn_id="spark_nowhere", **fields

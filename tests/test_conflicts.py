@@ -60,6 +60,12 @@ def _iceberg(kind: str, message: str = "Found conflicting files") -> _Py4JError:
     return _Py4JError(_JavaException("org.apache.spark.SparkException", "Job aborted", cause))
 
 
+def _java(kind: str, message: str) -> _Py4JError:
+    """A Java exception of ``java.lang`` behind Spark's, as py4j hands it over."""
+    cause = _JavaException(f"java.lang.{kind}", message)
+    return _Py4JError(_JavaException("org.apache.spark.SparkException", "Job aborted", cause))
+
+
 def _connect_error(kind: str, message: str = "Cannot commit, stale metadata"):
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
@@ -122,6 +128,35 @@ def test_a_conflict_is_described_without_the_values_iceberg_quotes(message, desc
         f"ValidationException: {described}",
     )
     assert "9000017" not in commit_failure(_connect_error("ValidationException", message))[1]
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        (
+            "ValidationException",
+            "Cannot sort by non-primitive source field: struct<2: city: optional string>",
+        ),
+        (
+            "IllegalArgumentException",
+            "Cannot use column tags of type MapType(...) in ZOrdering, the type is unsupported",
+        ),
+        ("IllegalArgumentException", "Cannot ZOrder, all columns provided were identity partition columns"),
+    ],
+)
+def test_a_sort_order_iceberg_refuses_is_bad_input_of_the_rewrite_not_a_conflict(kind, message):
+    """A rewrite's sort order Iceberg refuses as it plans (with a ValidationException, as a conflict, or
+    an IllegalArgumentException) fails the maintenance job at once, without retries, naming it."""
+    from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError
+    from airflow_iceberg_dml.jobs.maintenance_errors import bad_input
+    from airflow_iceberg_dml.spec import MaintenanceSpec
+
+    error = _iceberg(kind, message) if kind == "ValidationException" else _java(kind, message)
+    assert commit_failure(error) is None
+    refused = bad_input(MaintenanceSpec(catalog="c", table="ns.t", calls=()), error)
+    assert isinstance(refused, InvalidMaintenanceOptionError)
+    assert not refused.retryable
+    assert str(refused) == f"the rewrite's sort order cannot be used: {message}"
 
 
 def test_a_start_snapshot_expired_while_the_change_ran_is_a_conflict():

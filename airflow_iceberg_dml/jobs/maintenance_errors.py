@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.spec import MaintenanceSpec
 
 
+#: Iceberg's refusals of a rewrite's sort order: a column of no primitive type, or z-order columns that are
+#: all identity partition columns (the operator refuses both before Spark; the table may change since).
+_REFUSED_ORDERS = ("Cannot sort by", "in ZOrdering, the type is unsupported", "Cannot ZOrder")
+
+
 def bad_input(spec: MaintenanceSpec, error: Exception) -> IcebergDmlError | None:
     """Iceberg refused the options, or Spark could not make an Iceberg filter of a ``where`` (its
     analysis lets a function of a column through; the conversion, in the job or in the ``CALL``
@@ -23,6 +28,8 @@ def bad_input(spec: MaintenanceSpec, error: Exception) -> IcebergDmlError | None
     causes = java_causes(error)
     if causes and "Cannot use options" in causes[-1][1]:
         return InvalidMaintenanceOptionError(causes[-1][1])
+    if causes and any(refusal in causes[-1][1] for refusal in _REFUSED_ORDERS):
+        return InvalidMaintenanceOptionError(f"the rewrite's sort order cannot be used: {causes[-1][1]}")
     wheres = list(dict.fromkeys(where for call in spec.calls if (where := getattr(call, "where", None))))
     if wheres and "Cannot convert Spark filter" in error_message(error):
         return unusable_where(" / ".join(wheres), error_message(error))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.health import HealthReport
+    from airflow_iceberg_dml.sort_order import SortOrder
     from airflow_iceberg_dml.spec import JobRecord
 
 
@@ -221,24 +222,41 @@ class IcebergCompactionOperator(BaseIcebergMaintenanceOperator):
             options.setdefault("partial-progress.max-failed-commits", 0)
         return options
 
-    def procedure_calls(self, table: Table, health: HealthReport, now: datetime) -> list[ProcedureCall]:
-        strategy = self._strategy()
+    def _sort_order(self, table: Table, strategy: CompactionStrategy) -> SortOrder | None:
+        """``sort_order`` parsed and checked against the table (None: the table's own, or none)."""
+        from pyiceberg.transforms import IdentityTransform
+
         if self.sort_order is not None and not isinstance(self.sort_order, str):
             raise InvalidMaintenanceOptionError(f"sort_order={self.sort_order!r} must be a string.")
         order = procedures.parse_sort_order(self.sort_order) if self.sort_order else None
+        schema = table.schema()
         if order is not None:
-            missing = procedures.check_columns(
-                "sort_order", order.columns, [field.name for field in table.schema().fields]
-            )
+            names = [field.name for field in schema.fields]
+            missing = procedures.check_columns("sort_order", order.columns, names)
             if missing:
                 raise UnknownColumnError(
                     f"sort_order={self.sort_order!r}: column(s) {missing} not in {self.table!r}."
                 )
+            problem = order.problem(
+                [field.name for field in schema.fields if not field.field_type.is_primitive],
+                [
+                    schema.find_column_name(field.source_id) or ""
+                    for field in table.spec().fields
+                    if isinstance(field.transform, IdentityTransform)
+                ],
+            )
+            if problem:
+                raise InvalidMaintenanceOptionError(f"sort_order={self.sort_order!r}: {problem}")
         elif strategy is CompactionStrategy.SORT and table.sort_order().is_unsorted:
             raise InvalidMaintenanceOptionError(
                 f"strategy='sort' needs a sort order and {self.table!r} has none: pass sort_order "
                 "(e.g. 'col ASC' or 'zorder(a, b)') or set the table's (ALTER TABLE ... WRITE ORDERED BY)."
             )
+        return order
+
+    def procedure_calls(self, table: Table, health: HealthReport, now: datetime) -> list[ProcedureCall]:
+        strategy = self._strategy()
+        order = self._sort_order(table, strategy)
         data_options = procedures.normalize_options(
             MaintenanceProcedure.REWRITE_DATA_FILES,
             self._data_options(health),
