@@ -8,6 +8,7 @@ where the table writes, so it lists all of them.
 
 from __future__ import annotations
 
+import posixpath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,3 +49,24 @@ def storage_roots(table: Table) -> tuple[list[str], list[str]]:
     if table.properties.get("write.metadata.path"):
         metadata.append(PyArrowFileIO.parse_location(table.properties["write.metadata.path"])[2].rstrip("/"))
     return roots, metadata
+
+
+#: Schemes that name one file system (Hadoop's S3 connectors and Iceberg's own).
+_SAME_SCHEME = {"s3a": "s3", "s3n": "s3"}
+
+
+def within_table(location: str, table: Table) -> bool:
+    """Whether ``location`` is the table's location or a folder in it, or in a path the table writes
+    to (:data:`WRITE_PATHS`): compared as file systems (scheme, bucket) and paths, ``..`` resolved."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    def parsed(uri: str) -> tuple[str, str, str]:
+        scheme, netloc, path = PyArrowFileIO.parse_location(uri)
+        return _SAME_SCHEME.get(scheme, scheme), netloc, posixpath.normpath(path)
+
+    scheme, netloc, path = parsed(location)
+    for root in (table.location(), *write_paths(table.properties)):
+        root_scheme, root_netloc, root_path = parsed(root)
+        if (root_scheme, root_netloc) == (scheme, netloc) and is_under(path, root_path):
+            return True
+    return False

@@ -496,6 +496,66 @@ def test_orphan_removal_deletes_old_unreferenced_files_only(spark, catalog_hook,
     assert spark.sql(f"SELECT count(*) AS n FROM {CATALOG}.{name}").collect()[0].n == 281
 
 
+@pytest.mark.parametrize(
+    "folder",
+    ["{namespace}", "{location}/data/../..", "{location}-other", "s3://{location}", "/"],
+    ids=["namespace", "dot-dot", "sibling-prefix", "other-file-system", "root"],
+)
+def test_orphan_removal_refuses_a_location_outside_the_table_before_spark(
+    spark, catalog_hook, monkeypatch, folder
+):
+    """Iceberg deletes every file under ``location`` that the table does not reference: a folder above
+    the table (its namespace's, holding another table), beside it or on another file system fails the
+    task before Spark, without retries, and the other table's old files stay."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", "spark://192.0.2.1:7077")  # a Spark job would hang
+    name = create_orders_table(spark, new_table_name("orphans_scope"), rows=30)
+    neighbour = create_orders_table(spark, new_table_name("orphans_neighbour"), rows=30)
+    location = load(catalog_hook, name).location().removeprefix("file:")
+    files = list(Path(load(catalog_hook, neighbour).location().removeprefix("file:")).rglob("*"))
+    five_days_ago = time.time() - 5 * 24 * 3600
+    for path in files:  # old enough to be taken for this table's orphans
+        os.utime(path, (five_days_ago, five_days_ago))
+    given = folder.format(namespace=str(Path(location).parent), location=location)
+    operator = IcebergRemoveOrphanFilesOperator(
+        task_id="orphans", table=name, location=given, spark_conn_id="spark_nowhere"
+    )
+    ti = SimpleNamespace(dag_id="care", task_id="orphans", run_id="manual__1", map_index=-1, try_number=1)
+
+    with pytest.raises(AirflowFailException, match=r"location=.* is not a folder of .*other tables' files"):
+        operator.execute({"ti": ti})
+
+    assert files
+    assert all(path.exists() for path in files)
+
+
+def test_a_location_in_a_path_the_table_writes_to_is_the_tables():
+    """``within_table``: the table's location and its write paths (``write.data.path``: data kept
+    elsewhere), as file systems and paths, ``..`` resolved; S3's connector schemes are one file system."""
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.table_paths import within_table
+
+    table = SimpleNamespace(
+        location=lambda: "s3://lake/warehouse/sales/orders",
+        properties={"write.data.path": "s3://lake/data/orders"},
+    )
+    inside = [
+        "s3://lake/warehouse/sales/orders",
+        "s3a://lake/warehouse/sales/orders/data/day=1",
+        "s3://lake/data/orders/x",
+    ]
+    outside = [
+        "s3://lake/warehouse/sales",
+        "s3://lake/warehouse/sales/orders/../customers",
+        "s3://other/warehouse/sales/orders",
+        "s3://lake/data/orders2",
+    ]
+    assert [within_table(path, table) for path in inside] == [True] * len(inside)
+    assert [within_table(path, table) for path in outside] == [False] * len(outside)
+
+
 def test_dag_imports_and_wires_the_table_care_tasks():
     from dags.iceberg_table_care import dag
 

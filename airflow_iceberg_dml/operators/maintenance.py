@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_iceberg_dml import procedures
+from airflow_iceberg_dml.exceptions import InvalidMaintenanceOptionError
 from airflow_iceberg_dml.health import Retention
 from airflow_iceberg_dml.operators.maintenance_base import (
     BaseIcebergMaintenanceOperator,
@@ -23,6 +24,7 @@ from airflow_iceberg_dml.spec import (
     ProcedureCall,
     RemoveOrphanFilesCall,
 )
+from airflow_iceberg_dml.table_paths import within_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -146,7 +148,9 @@ class IcebergRemoveOrphanFilesOperator(BaseIcebergMaintenanceOperator):
         ``override_safety_floor=True``, and never less than 24 hours ago (Iceberg's own floor).
         (templated)
     :param list_only: List the orphans without deleting them (Iceberg's ``dry_run``). (templated)
-    :param location: A folder under the table location to scan instead of the whole table.
+    :param location: A folder under the table location (or under a path the table writes to) to scan
+        instead of the whole table; any other folder fails the task before Spark, since Iceberg would
+        delete every file under it that this table does not reference.
     :param override_safety_floor: Allow ``older_than`` between 24 hours and 3 days ago.
     :param max_concurrent_deletes: Threads deleting files (for FileIOs without bulk delete).
 
@@ -184,6 +188,20 @@ class IcebergRemoveOrphanFilesOperator(BaseIcebergMaintenanceOperator):
             return str(self.list_only).strip().lower() == "true"
         raise ValueError(f"list_only={self.list_only!r} must be true or false.")
 
+    def _location(self, table: Table) -> str | None:
+        """``location`` (None: the table's), refused unless it is in the table's location or in a path the
+        table writes to: Iceberg deletes every file under it that this table does not reference, and a
+        folder above the table (a namespace's, the warehouse) holds other tables' files."""
+        if self.location is None or (isinstance(self.location, str) and not self.location.strip()):
+            return None
+        if not isinstance(self.location, str) or not within_table(self.location, table):
+            raise InvalidMaintenanceOptionError(
+                f"location={self.location!r} is not a folder of {self.table!r} (its location is "
+                f"{table.location()!r}): remove_orphan_files would delete every file under it that this "
+                "table does not reference, other tables' files among them."
+            )
+        return self.location
+
     def procedure_calls(self, table: Table, health: HealthReport, now: datetime) -> list[ProcedureCall]:
         floor = procedures.ICEBERG_ORPHAN_FLOOR if self.override_safety_floor else procedures.SAFETY_FLOOR
         older_than = _older_than(
@@ -193,7 +211,7 @@ class IcebergRemoveOrphanFilesOperator(BaseIcebergMaintenanceOperator):
             older_than_ms=procedures.epoch_ms(older_than),
             dry_run=self._list_only(),
             min_age_ms=int(floor.total_seconds() * 1000),
-            location=self.location or None,
+            location=self._location(table),
             max_concurrent_deletes=self.max_concurrent_deletes,
         )
         procedures.validate_call(call, now)
