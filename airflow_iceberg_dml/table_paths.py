@@ -12,8 +12,9 @@ import posixpath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
 #: Table properties that put data files outside the table's location, and the one for metadata files.
@@ -55,18 +56,55 @@ def storage_roots(table: Table) -> tuple[list[str], list[str]]:
 _SAME_SCHEME = {"s3a": "s3", "s3n": "s3"}
 
 
+def _parsed(uri: str) -> tuple[str, str, str]:
+    """(file system, bucket, path) of ``uri``, ``..`` resolved."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    scheme, netloc, path = PyArrowFileIO.parse_location(uri)
+    return _SAME_SCHEME.get(scheme, scheme), netloc, posixpath.normpath(path)
+
+
+def is_inside(uri: str, root: str) -> bool:
+    """Whether ``uri`` is ``root`` or in it, as file systems (scheme, bucket) and paths."""
+    (scheme, netloc, path), (root_scheme, root_netloc, root_path) = _parsed(uri), _parsed(root)
+    return (scheme, netloc) == (root_scheme, root_netloc) and is_under(path, root_path)
+
+
 def within_table(location: str, table: Table) -> bool:
     """Whether ``location`` is the table's location or a folder in it, or in a path the table writes
     to (:data:`WRITE_PATHS`): compared as file systems (scheme, bucket) and paths, ``..`` resolved."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
+    return any(is_inside(location, root) for root in (table.location(), *write_paths(table.properties)))
 
-    def parsed(uri: str) -> tuple[str, str, str]:
-        scheme, netloc, path = PyArrowFileIO.parse_location(uri)
-        return _SAME_SCHEME.get(scheme, scheme), netloc, posixpath.normpath(path)
 
-    scheme, netloc, path = parsed(location)
-    for root in (table.location(), *write_paths(table.properties)):
-        root_scheme, root_netloc, root_path = parsed(root)
-        if (root_scheme, root_netloc) == (scheme, netloc) and is_under(path, root_path):
-            return True
-    return False
+def data_paths_shared(name: str, table: Table, catalog: Catalog) -> list[tuple[str, str]]:
+    """(data write path, other table) for each data write path of ``table`` outside its location that
+    another table of ``catalog`` also writes under (Iceberg lets tables share an object storage path),
+    or holds. Empty without such a path, without reading the catalog."""
+    outside = [
+        path
+        for path in write_paths(table.properties, DATA_WRITE_PATHS)
+        if not is_inside(path, table.location())
+    ]
+    if not outside:
+        return []
+    shared: list[tuple[str, str]] = []
+    for other_name, other in _tables(catalog):
+        if other_name == name:
+            continue
+        roots = [other.location(), *write_paths(other.properties, DATA_WRITE_PATHS)]
+        shared += [
+            (path, other_name)
+            for path in outside
+            if any(is_inside(path, r) or is_inside(r, path) for r in roots)
+        ]
+    return shared
+
+
+def _tables(catalog: Catalog, namespace: tuple[str, ...] = ()) -> Iterator[tuple[str, Table]]:
+    """Every table of ``catalog``, nested namespaces included: (``namespace.table``, the table)."""
+    for child in catalog.list_namespaces(namespace):
+        if tuple(child) == namespace:  # a catalog that lists the namespace itself among its children
+            continue
+        for identifier in catalog.list_tables(child):
+            yield ".".join(identifier), catalog.load_table(identifier)
+        yield from _tables(catalog, tuple(child))

@@ -845,6 +845,49 @@ def test_a_table_that_writes_its_data_outside_its_location_is_purged_and_checked
     assert sorted(rows) == sorted(BASE + i % 10 for i in range(100) if BASE + i % 10 != erased)
 
 
+def test_a_purge_refuses_a_table_whose_data_path_another_table_writes_to_and_deletes_nothing(
+    spark, catalog_hook, spark_default_over_connect, tmp_path
+):
+    """Iceberg lets tables share a data write path outside their locations (an object storage path). The
+    purge deletes the files under a table's write paths that the table does not reference: there, the
+    other table's. It fails before Spark, naming the other table, and every file stays."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    shared = tmp_path / "shared"
+    names = [new_table_name("shared_path"), new_table_name("shared_path_other")]
+    for name in names:
+        spark.sql(
+            f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, customer_id BIGINT) USING iceberg "
+            f"TBLPROPERTIES ('format-version' = '2', 'write.data.path' = 'file://{shared}')"
+        )
+        spark.sql(f"INSERT INTO {CATALOG}.{name} SELECT id, {BASE} + id % 10 FROM range(100)")
+    files = sorted(shared.rglob("*.parquet"))
+    operator = IcebergEraseOperator(
+        task_id="purge",
+        mode="purge",
+        tables={names[0]: "customer_id"},
+        subjects=[BASE + 3],
+        purge_ahead=timedelta(days=365),
+        orphan_grace=timedelta(0),
+        min_retention=timedelta(0),
+        spark_conn_id="spark_nowhere",  # a Spark job would fail to start
+    )
+    ti = SimpleNamespace(dag_id="shared", task_id="purge", run_id="r1", map_index=-1, try_number=1)
+    events = {operator.outlets[0]: SimpleNamespace(add=lambda *_, **__: None)}
+
+    with pytest.raises(
+        AirflowFailException, match=rf"UnsupportedTableError: '{names[0]}' writes its data to .* '{names[1]}'"
+    ):
+        operator.execute({"ti": ti, "outlet_events": events})
+
+    assert files
+    assert sorted(shared.rglob("*.parquet")) == files
+    assert len(load(catalog_hook, names[1]).scan().to_arrow()) == 100
+
+
 def test_an_empty_subject_list_is_a_noop_that_commits_nothing(spark, catalog_hook, airflow_db):
     from tests.dags.erasure_test_dag import dag_v2_unpartitioned as dag
 

@@ -530,6 +530,32 @@ def test_orphan_removal_refuses_a_location_outside_the_table_before_spark(
     assert all(path.exists() for path in files)
 
 
+def test_orphan_removal_refuses_a_data_path_another_table_writes_to(catalog_hook, tmp_path):
+    """A data write path outside the table's location may be shared (Iceberg lets tables share an object
+    storage path): scanning it would take the other table's files for orphans, so it is refused, naming
+    that table; the table's own location is taken."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from tests.conftest import task_context
+
+    shared = f"file://{tmp_path / 'shared'}"
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    first, other = new_table_name("orphans_shared"), new_table_name("orphans_shared_other")
+    for name in (first, other):
+        catalog_hook.catalog.create_table(name, schema, properties={"write.data.path": shared})
+    table = load(catalog_hook, first)
+    context = task_context(RunKey("care", "orphans", "manual__1", -1))
+
+    def location_of(location: str) -> str | None:
+        operator = IcebergRemoveOrphanFilesOperator(task_id="orphans", table=first, location=location)
+        return operator.build_spec(context, table).calls[0].location
+
+    with pytest.raises(InvalidMaintenanceOptionError, match=rf"'{other}' writes there too"):
+        location_of(f"{shared}/day=1")
+    assert location_of(table.location()) == table.location()
+
+
 def test_a_location_in_a_path_the_table_writes_to_is_the_tables():
     """``within_table``: the table's location and its write paths (``write.data.path``: data kept
     elsewhere), as file systems and paths, ``..`` resolved; S3's connector schemes are one file system."""

@@ -51,6 +51,7 @@ from airflow_iceberg_dml.operators.base import (
 from airflow_iceberg_dml.operators.erase_input import (
     Duration,
     Through,
+    check_own_storage,
     check_target,
     checked_subjects,
     duration_ms,
@@ -279,6 +280,7 @@ class IcebergEraseOperator(BaseIcebergSparkJobOperator[float, ErasureReport]):
             self.log.info("No subject to erase: nothing to do, nothing committed, no Spark job.")
             return self._report(run, spec, JobRecord(Outcome.NOOP))
         if spec.mode is ErasureMode.PURGE:
+            check_own_storage(tables, run.catalog_hook.catalog)
             not_due = self.not_due(spec, tables)
             if not_due is not None:
                 self.log.info(

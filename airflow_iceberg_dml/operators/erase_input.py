@@ -15,10 +15,12 @@ from airflow_iceberg_dml.jobs.row_level import write_mode_of
 from airflow_iceberg_dml.metadata_columns import reserved_column_problem
 from airflow_iceberg_dml.procedures import parse_age
 from airflow_iceberg_dml.spec import ErasureTarget, WriteMode
+from airflow_iceberg_dml.table_paths import data_paths_shared
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
     from airflow_iceberg_dml.spec import ScalarParameter
@@ -159,3 +161,18 @@ def checked_subjects(subjects: Any) -> list[ScalarParameter]:
                 f"subjects: every key must be an integer or a string; found a {type(key).__name__}."
             )
     return list(subjects)
+
+
+def check_own_storage(tables: Mapping[str, Table], catalog: Catalog) -> None:
+    """Before a purge: no table of it writes its data to a path outside its location that another table
+    of the catalog writes to too. The purge deletes the files under a table's write paths that no snapshot
+    of the table references: in a shared path, those are the other table's files."""
+    for name, table in tables.items():
+        shared = data_paths_shared(name, table, catalog)
+        if shared:
+            path, other = shared[0]
+            raise UnsupportedTableError(
+                f"{name!r} writes its data to {path}, where {other!r} writes too: a purge deletes the files "
+                f"there that {name!r} does not reference, which would be {other!r}'s. Nothing was purged; "
+                "give each table a write path of its own (write.data.path) to purge it."
+            )

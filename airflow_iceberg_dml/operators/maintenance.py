@@ -24,7 +24,7 @@ from airflow_iceberg_dml.spec import (
     ProcedureCall,
     RemoveOrphanFilesCall,
 )
-from airflow_iceberg_dml.table_paths import within_table
+from airflow_iceberg_dml.table_paths import data_paths_shared, is_inside, within_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -194,13 +194,22 @@ class IcebergRemoveOrphanFilesOperator(BaseIcebergMaintenanceOperator):
         folder above the table (a namespace's, the warehouse) holds other tables' files."""
         if self.location is None or (isinstance(self.location, str) and not self.location.strip()):
             return None
-        if not isinstance(self.location, str) or not within_table(self.location, table):
+        location = self.location
+        own = isinstance(location, str) and within_table(location, table)
+        # A write path outside the table's location may be another table's too (an object storage path).
+        shared = own and [
+            other
+            for path, other in data_paths_shared(self.table, table, table.catalog)
+            if is_inside(location, path)
+        ]
+        if not own or shared:
             raise InvalidMaintenanceOptionError(
-                f"location={self.location!r} is not a folder of {self.table!r} (its location is "
-                f"{table.location()!r}): remove_orphan_files would delete every file under it that this "
-                "table does not reference, other tables' files among them."
+                f"location={location!r} is not a folder of {self.table!r} alone (its location is "
+                f"{table.location()!r}{f'; {shared[0]!r} writes there too' if shared else ''}): "
+                "remove_orphan_files would delete every file under it that this table does not reference, "
+                "other tables' files among them."
             )
-        return self.location
+        return location
 
     def procedure_calls(self, table: Table, health: HealthReport, now: datetime) -> list[ProcedureCall]:
         floor = procedures.ICEBERG_ORPHAN_FLOOR if self.override_safety_floor else procedures.SAFETY_FLOOR
