@@ -195,13 +195,14 @@ class IcebergRemoveOrphanFilesOperator(BaseIcebergMaintenanceOperator):
         if self.location is None or (isinstance(self.location, str) and not self.location.strip()):
             return None
         location = self.location
+        shared: list[str] = []
         own = isinstance(location, str) and within_table(location, table)
-        # A write path outside the table's location may be another table's too (an object storage path).
-        shared = own and [
-            other
-            for path, other in data_paths_shared(self.table, table, table.catalog)
-            if is_inside(location, path)
-        ]
+        if own:  # a write path outside the table's location may be another table's too (object storage)
+            shared = [
+                other
+                for path, other in data_paths_shared(self.table, table, table.catalog)
+                if is_inside(location, path)
+            ]
         if not own or shared:
             raise InvalidMaintenanceOptionError(
                 f"location={location!r} is not a folder of {self.table!r} alone (its location is "
