@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml.specs.merge import MergeAction, MergeClause, MergeWhen
-from airflow_iceberg_dml.sql import quote_identifier, select_all
+from airflow_iceberg_dml.sql import as_of, quote_identifier, select_all
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,18 +80,17 @@ def merge_statement(pairing: Pairing, clauses: Sequence[MergeClause]) -> str:
     )
 
 
-def source_relation(identifier: str | None, snapshot_id: int | None, query: str | None) -> str:
-    """The source as one SELECT: a table at one snapshot, or the user's query."""
+def source_relation(identifier: str | None, version: int | str | None, query: str | None) -> str:
+    """The source as one SELECT: a table at one snapshot (``sql.as_of``), or the user's query."""
     if identifier is None:
         assert query is not None
         return query
-    pinned = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
-    return select_all(identifier) + pinned
+    return select_all(identifier) + (f" {as_of(version)}" if version is not None else "")
 
 
-def target_rows(identifier: str, snapshot_id: int | None) -> str:
+def target_rows(identifier: str, version: int | str | None) -> str:
     """The target's rows at one snapshot, marked, with their file and position (one id per row)."""
-    pinned = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
+    pinned = f" {as_of(version)}" if version is not None else ""
     return f"SELECT *, _file AS {FILE}, _pos AS {POSITION}, TRUE AS {TARGET_ROW} FROM {identifier}{pinned}"
 
 

@@ -115,7 +115,7 @@ def constant_predicate_query(where: str) -> str:
 
 
 def rewrite_query(
-    source: str, snapshot_id: int, columns: Sequence[str], assignments: Mapping[str, str]
+    source: str, version: int | str, columns: Sequence[str], assignments: Mapping[str, str]
 ) -> str:
     """Every row of one snapshot with the assignments applied, in the table's column order."""
     by_lower = {column.lower(): expression for column, expression in assignments.items()}
@@ -125,7 +125,7 @@ def rewrite_query(
         else quote_identifier(column)
         for column in columns
     )
-    return f"SELECT {projection}\nFROM {source} VERSION AS OF {int(snapshot_id)}"
+    return f"SELECT {projection}\nFROM {source} {as_of(version)}"
 
 
 def literal(value: object) -> str:
@@ -135,16 +135,12 @@ def literal(value: object) -> str:
         if not value:
             raise TypeError("A list parameter needs at least one value.")
         return "(" + ", ".join(literal(item) for item in value) + ")"
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
+    if value is None or isinstance(value, bool):
+        return {None: "NULL", True: "TRUE", False: "FALSE"}[value]
     if isinstance(value, int):
         return f"{value}L" if not -(2**31) <= value < 2**31 else str(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            return f"CAST('{value}' AS DOUBLE)"
-        return f"{value!r}D"
+        return f"{value!r}D" if math.isfinite(value) else f"CAST('{value}' AS DOUBLE)"
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     raise TypeError(f"Parameter values must be str, int, float, bool or None, not {type(value).__name__}.")
@@ -271,9 +267,14 @@ def metadata_query(identifier: str, metadata_table: str, columns: str, where: st
     return f"{query}\nWHERE {where}" if where else query
 
 
-def snapshot_query(source: str, snapshot_id: int, columns: str, where: str | None = None) -> str:
-    """``SELECT <columns> FROM <source> VERSION AS OF <snapshot id> [WHERE ...]``."""
-    query = f"SELECT {columns} FROM {source} VERSION AS OF {int(snapshot_id)}"
+def as_of(version: int | str) -> str:
+    """``VERSION AS OF <snapshot id>``, or ``VERSION AS OF '<ref>'`` (``TableState.version``)."""
+    return f"VERSION AS OF {literal(version) if isinstance(version, str) else int(version)}"
+
+
+def snapshot_query(source: str, version: int | str, columns: str, where: str | None = None) -> str:
+    """``SELECT <columns> FROM <source> VERSION AS OF <snapshot id or ref> [WHERE ...]``."""
+    query = f"SELECT {columns} FROM {source} {as_of(version)}"
     return f"{query}\nWHERE {where}" if where else query
 
 

@@ -26,7 +26,7 @@ from airflow_iceberg_dml.erasure_report import erase_numbers
 from airflow_iceberg_dml.exceptions import InvalidSubjectsError, UnknownColumnError
 from airflow_iceberg_dml.jobs.dml import run_spec as dml_job
 from airflow_iceberg_dml.jobs.erase import REWRITE_OPTIONS, run_spec
-from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+from airflow_iceberg_dml.operators.erase import IcebergEraseOperator, Through
 from airflow_iceberg_dml.spec import (
     CommitPolicy,
     DmlSpec,
@@ -657,6 +657,65 @@ def test_a_protected_branch_is_never_changed_and_the_purge_names_it(spark, catal
     assert sorted(main) == sorted(set(range(1, ORDERS + 1)) - erased_orders())
     keep = table.scan(snapshot_id=kept, selected_fields=("order_id",)).to_arrow()["order_id"].to_pylist()
     assert sorted(keep) == list(range(1, ORDERS + 1))
+
+
+def test_key_columns_renamed_after_their_rows_were_written_are_erased_and_read_by_field_id(
+    spark, catalog_hook
+):
+    """A key column renamed since its files were written: those files hold it under its old name. The
+    erasure finds the rows by the new name; the purge's proof reads each file's column by its Iceberg
+    field id, so it names the erased rows a protected branch keeps in those older files, and finds the
+    keys of a table reached through one whose columns were renamed too (the order ids of its erased rows,
+    read from its files)."""
+    from datetime import timedelta
+
+    v2 = "'format-version' = '2'"
+    orders, items = new_table_name("renamed_orders"), new_table_name("renamed_items")
+    spark.sql(f"CREATE TABLE {CATALOG}.{orders} (order_id BIGINT, cust BIGINT) TBLPROPERTIES ({v2})")
+    spark.sql(
+        f"SELECT id AS order_id, {BASE} + id % {CUSTOMERS} AS cust FROM range(1, {ORDERS + 1})"
+    ).repartition(2).writeTo(f"{CATALOG}.{orders}").append()
+    spark.sql(f"CREATE TABLE {CATALOG}.{items} (item_id BIGINT, oid BIGINT) TBLPROPERTIES ({v2})")
+    spark.sql(
+        f"SELECT id AS item_id, id DIV {ITEMS_PER_ORDER} + 1 AS oid FROM range(0, {ORDERS * ITEMS_PER_ORDER})"
+    ).repartition(2).writeTo(f"{CATALOG}.{items}").append()
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} RENAME COLUMN cust TO customer_id")
+    spark.sql(f"ALTER TABLE {CATALOG}.{items} RENAME COLUMN oid TO order_id")
+    spark.sql(f"ALTER TABLE {CATALOG}.{orders} CREATE BRANCH keep")
+    through = Through("order_id", table=orders, key="order_id", subject="customer_id")
+    fields: dict[str, Any] = {
+        "tables": {orders: "customer_id", items: through},
+        "subjects": SUBJECTS,
+        "protected_refs": ("keep",),
+    }
+    erase = IcebergEraseOperator(task_id="erase", **fields)
+    purge = IcebergEraseOperator(
+        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
+    )
+    records = []
+    for operator in (erase, purge):
+        tables = {name: load(catalog_hook, name) for name in (orders, items)}
+        records.append(
+            run_spec(spark, operator.build_spec(task_context(RunKey("d", operator.task_id, "r")), tables))
+        )
+
+    erased = records[0].details["tables"]
+    assert (erased[orders]["keys"], erased[items]["keys"]) == (len(SUBJECTS), len(erased_orders()))
+    purged = records[1].details["tables"]
+    assert purged[items]["keys"] == len(erased_orders())
+    assert purged[items]["verification"]["clean"] is True
+    items_on_storage = [
+        path
+        for column in ("oid", "order_id")
+        for path in keys_on_storage(load(catalog_hook, items).location(), column, erased_orders())
+    ]
+    assert items_on_storage == []
+    remaining = purged[orders]["verification"]["remaining"]
+    assert {item["refs"][0] for item in remaining} == {"keep"}
+    assert sum(item["rows"] for item in remaining) == len(erased_orders())
+    table = load(catalog_hook, orders)
+    main = table.scan(selected_fields=("order_id",)).to_arrow()["order_id"].to_pylist()
+    assert sorted(main) == sorted(set(range(1, ORDERS + 1)) - erased_orders())
 
 
 @pytest.mark.parametrize("variant", ["v3_partitioned", "v2_by_key"])

@@ -63,6 +63,13 @@ def test_rewrite_query_keeps_column_order_and_matches_case_insensitively():
     assert query == "SELECT `id`,\n  (\nlower(Status)\n) AS `Status`,\n  `amount`\nFROM `t` VERSION AS OF 42"
 
 
+def test_a_snapshot_is_read_by_its_id_or_by_its_refs_name_quoted():
+    assert sql.snapshot_query("`t`", 42, "*") == "SELECT * FROM `t` VERSION AS OF 42"
+    assert sql.as_of("main") == "VERSION AS OF 'main'"
+    assert sql.as_of("it's") == "VERSION AS OF 'it\\'s'"
+    assert sql.rewrite_query("`t`", "dev", ["id"], {}).endswith("FROM `t` VERSION AS OF 'dev'")
+
+
 @pytest.mark.parametrize(
     ("text", "parameters", "expected"),
     [

@@ -93,6 +93,39 @@ def test_the_metadata_file_and_spark_sql_show_one_table(spark, catalog_hook) -> 
         assert through_file.columns()[-1] == "reviewed"
 
 
+def test_a_head_written_before_a_schema_change_is_read_through_its_ref_with_the_current_columns(
+    spark, catalog_hook
+) -> None:
+    """Iceberg reads ``VERSION AS OF <snapshot id>`` with the columns the snapshot was written with, a
+    branch's name with the table's. So once a column is renamed or added, a job names the head it
+    pinned by its ref; any other snapshot, and any head of an unchanged schema, by its id. Through
+    Spark SQL the schema ids are unknown: the id, as before."""
+    name = create_orders_table(spark, new_table_name("state"), rows=30)
+    table = f"{CATALOG}.{name}"
+    spark.sql(f"DELETE FROM {table} WHERE order_id < 5")
+    spark.sql(f"ALTER TABLE {table} CREATE BRANCH audit")
+    snapshots = load(catalog_hook, name).snapshots()
+    first, head = snapshots[0].snapshot_id, snapshots[-1].snapshot_id
+    for view in _views(spark, catalog_hook, name):
+        assert (view.version(head), view.version(head, "audit"), view.version(first)) == (head, head, first)
+
+    spark.sql(f"ALTER TABLE {table} RENAME COLUMN status TO order_status")
+    through_spark, *through_metadata = _views(spark, catalog_hook, name)
+    assert through_spark.version(head) == head
+    for view in through_metadata:
+        assert view.version(head) == "main"
+        assert view.version(head, "audit") == "audit"
+        assert view.version(first) == first  # not a head: read as written
+        assert view.version(None) is None
+        assert (
+            view.field_id("order_status")
+            == load(catalog_hook, name).schema().find_field("order_status").field_id
+        )
+    for version in ("main", head):
+        columns = spark.read.option("versionAsOf", str(version)).table(table).columns
+        assert ("order_status" in columns) is (version == "main")
+
+
 def test_the_drivers_metadata_reads_as_pyiceberg_reads_the_same_file(spark, catalog_hook) -> None:
     name = create_orders_table(spark, new_table_name("state"), rows=30)
     spark.sql(f"DELETE FROM {CATALOG}.{name} WHERE order_id < 5")

@@ -111,8 +111,9 @@ class CheckJob:
             f"Checks of {self.table_name} (ref {self.ref}) at snapshot {snapshot_id}, "
             f"Spark application {self.app_id}: {', '.join(check.label for check in self.spec.checks)}"
         )
-        source = self.spark.sql(sql.snapshot_query(self.state.identifier, snapshot_id, "*"))
-        pinned = f"{self.state.identifier} VERSION AS OF {int(snapshot_id)}"
+        version = self.state.version(snapshot_id, self.ref)
+        source = self.spark.sql(sql.snapshot_query(self.state.identifier, version, "*"))
+        pinned = f"{self.state.identifier} {sql.as_of(version)}"
         for check in self.spec.checks:
             self._prepare(check, source, pinned)
         counts = self._aggregate(source, [c for c in self.spec.checks if c.kind in _AGGREGATED])

@@ -214,9 +214,10 @@ class DmlJob(DmlValidation, DmlImpact, GroupCommit, WriteAuditPublish[DmlSpec]):
                 self._truncate(head_before, ref)
             return None, statement
         if plan is Plan.REWRITE:
-            statement = sql.rewrite_query(self.table_name, head_before, self._columns(), spec.assignments)
+            version = self.state.version(head_before, self.ref)
+            statement = sql.rewrite_query(self.table_name, version, self._columns(), spec.assignments)
             log(f"Plan: rewrite every row in one overwrite commit, no delete files: {_one_line(statement)}")
-            query = sql.rewrite_query(self.table_name, head_before, self._columns(), self.assignments)
+            query = sql.rewrite_query(self.table_name, version, self._columns(), self.assignments)
             with self._naming_input_errors():
                 self._rewrite(query, head_before, ref)
             return None, statement

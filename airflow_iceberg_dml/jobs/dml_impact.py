@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     from airflow_iceberg_dml.spec import DmlSpec, Guards
 
 
-def rows_at(spark: SparkSession, identifier: str, snapshot_id: int) -> DataFrame:
-    """The rows of table ``identifier`` at ``snapshot_id``, for a query that the client builds: over
-    Spark Connect it reaches the server in one request, where ``spark.sql`` of its text takes two."""
-    return spark.read.option("versionAsOf", str(snapshot_id)).table(identifier)
+def rows_at(spark: SparkSession, identifier: str, version: int | str) -> DataFrame:
+    """The rows of table ``identifier`` at a snapshot (``TableState.version``), for a query that the
+    client builds: over Spark Connect it reaches the server in one request, where ``spark.sql`` of its
+    text takes two."""
+    return spark.read.option("versionAsOf", str(version)).table(identifier)
 
 
 def any_match(rows: DataFrame, functions: ModuleType, where: str) -> DataFrame:
@@ -70,7 +71,7 @@ class DmlImpact:
 
     def _snapshot_rows(self, head: int) -> DataFrame:
         """The table's rows at snapshot ``head`` (:func:`rows_at`)."""
-        return rows_at(self.spark, sql.table_identifier(self.spec.catalog, self.spec.table), head)
+        return rows_at(self.spark, self.state.identifier, self.state.version(head, self.ref))
 
     def _impact(self, head: int) -> dict[str, Any]:
         """Rows and data files the change would touch, per partition, at the head snapshot."""

@@ -48,7 +48,7 @@ from airflow_iceberg_dml.jobs.runner import (
     run_job,
     run_main,
 )
-from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.spec import (
     CommitPolicy,
     DmlSpec,
@@ -264,7 +264,10 @@ class ErasureJob(PurgeSteps):
     def _keys_through(self, target: ErasureTarget, subjects: list[Any]) -> list[Any]:
         """The keys of ``target`` rows, read from the table it is reached through as it was before
         this run erased it (on a retry, that table may already be erased)."""
-        state = TableState(self.spark, self.spec.catalog, target.through_table or "")
+        catalog = self.spec.catalog
+        state = TableState(
+            self.spark, catalog, target.through_table or "", worker_catalog(catalog), in_driver=True
+        )
         state.refresh()
         head = state.head()
         if head is not None and self.spec.run_key is not None:
@@ -279,7 +282,10 @@ class ErasureJob(PurgeSteps):
         subject = sql.in_list(target.through_subject or "", subjects)
         rows = self.spark.sql(
             sql.snapshot_query(
-                state.identifier, head, f"DISTINCT {key} AS key", f"{subject} AND {key} IS NOT NULL"
+                state.identifier,
+                state.version(head),
+                f"DISTINCT {key} AS key",
+                f"{subject} AND {key} IS NOT NULL",
             )
         ).collect()
         return sorted(row.key for row in rows)

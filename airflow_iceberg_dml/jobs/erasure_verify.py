@@ -3,25 +3,48 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import UnknownColumnError, UnsupportedTableError
 from airflow_iceberg_dml.jobs.runner import error_condition, log
-from airflow_iceberg_dml.jobs.table_state import TableState
+from airflow_iceberg_dml.jobs.table_state import TableState, worker_catalog
 from airflow_iceberg_dml.table_paths import DATA_WRITE_PATHS, write_paths
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
     from types import ModuleType
 
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from airflow_iceberg_dml.spec import ErasureSpec, ErasureTarget
 
 
 #: The file formats the erasure reads: data and delete files as Parquet, deletion vectors in Puffin files.
 READ_FORMATS = frozenset({"PARQUET", "PUFFIN"})
+#: Spark's Parquet reader matching a column of the read schema by the field id it gives (else by name),
+#: and reading a file with no field id at all (imported, read by name mapping) by name alone.
+FIELD_ID_READS = ("spark.sql.parquet.fieldId.read.enabled", "spark.sql.parquet.fieldId.read.ignoreMissing")
+#: The prefix of a column read by its field id.
+BY_ID = "__iceberg_dml_field_"
+#: The table property of Iceberg's name mapping, which reads files without field ids by column name.
+NAME_MAPPING = "schema.name-mapping.default"
+
+
+@contextmanager
+def reading_field_ids(spark: SparkSession) -> Iterator[None]:
+    """Spark's Parquet reads matching columns by field id (:data:`FIELD_ID_READS`), then as before."""
+    before = {key: spark.conf.get(key, None) for key in FIELD_ID_READS}
+    for key in FIELD_ID_READS:
+        spark.conf.set(key, "true")
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
 
 
 def normalized_path(path: str) -> str:
@@ -133,11 +156,39 @@ class ErasureVerification:
         }
         return TableFiles(paths("all_data_files"), set(paths("all_delete_files")), listed)
 
-    def _raw_rows(self, files: TableFiles, schema: str, column: str, values: list[Any]) -> DataFrame:
-        """The rows of the table's ``files`` whose ``column`` is in ``values``, read as the files hold them
-        (no delete file applied), with the ``file`` each comes from. Referenced data files are read as
-        they are; files no snapshot references are read only when younger than the orphan grace (a
-        write in progress), skipping one that cannot be read; older ones are not read at all."""
+    def _raw_schemas(self, table: str, columns: Sequence[str]) -> list[StructType]:
+        """How to read ``columns`` of ``table`` from its files as they hold them, one schema per way, its
+        fields the columns in order: by field id (a renamed column's older files hold its old name), and
+        by name when a file may have no field id (the table maps names: it has imported files) or the
+        ids are not known here. (Spark reads no column of a file both ways at once.)"""
+        from pyspark.sql.types import StructField, StructType
+
+        catalog = self.spec.catalog
+        state = TableState(self.spark, catalog, table, worker_catalog(catalog), in_driver=True)
+        fields = {field.name.lower(): field for field in self.spark.table(state.identifier).schema.fields}
+        if unknown := [column for column in columns if column.lower() not in fields]:
+            raise UnknownColumnError(
+                f"Table {table!r} has no column {unknown[0]!r} (columns: {sorted(fields)})."
+            )
+        chosen = [fields[column.lower()] for column in columns]
+        ids = [state.field_id(field.name) for field in chosen]
+        schemas = []
+        if None not in ids:
+            by_id = [
+                StructField(f"{BY_ID}{index}", field.dataType, True, {"parquet.field.id": field_id})
+                for index, (field, field_id) in enumerate(zip(chosen, ids, strict=True))
+            ]
+            schemas.append(StructType(by_id))
+        if None in ids or NAME_MAPPING in state.properties():
+            schemas.append(StructType([StructField(field.name, field.dataType) for field in chosen]))
+        return schemas
+
+    def _raw_rows(self, files: TableFiles, schema: StructType, column: str, values: list[Any]) -> DataFrame:
+        """The rows of the table's ``files`` whose ``column`` (of ``schema``) is in ``values``, read as the
+        files hold them (no delete file applied), with the ``file`` each comes from. Referenced data
+        files are read as they are; files no snapshot references are read only when younger than the
+        orphan grace (a write in progress), skipping one that cannot be read; older ones are not read at
+        all. Collect them :func:`reading_field_ids`."""
         young = files.unreferenced(since_ms=self.started_ms - self.spec.orphan_grace_ms)
         frames = []
         for paths, options in (
@@ -148,21 +199,24 @@ class ErasureVerification:
                 frame = self.spark.read.schema(schema).options(**options).parquet(*paths)
                 frames.append(frame.withColumn("file", self.functions.col("_metadata.file_path")))
         if not frames:
-            return self.spark.createDataFrame([], f"{schema}, file string")
+            return self.spark.createDataFrame([], schema.fromJson(schema.jsonValue()).add("file", "string"))
         rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
-        return rows.where(self.functions.col(column).isin(values))
+        return rows.where(self.functions.col(sql.quote_identifier(column)).isin(values))
 
     def _raw_keys_through(self, target: ErasureTarget, subjects: list[Any]) -> list[Any]:
         """The keys of ``target`` rows, from every file of the table it is reached through, deleted rows
         included: what those rows were, for as long as any file still holds them."""
         state = TableState(self.spark, self.spec.catalog, target.through_table or "")
-        key, subject = target.through_key or "", target.through_subject or ""
-        schema = (
-            f"{sql.quote_identifier(key)} {self._column_type(state.table, key)}, "
-            f"{sql.quote_identifier(subject)} {self._column_type(state.table, subject)}"
-        )
-        rows = self._raw_rows(self._files(state), schema, subject, subjects).select(key).distinct().collect()
-        return sorted(row[0] for row in rows if row[0] is not None)
+        files, keys = self._files(state), set[Any]()
+        for schema in self._raw_schemas(
+            state.table, [target.through_key or "", target.through_subject or ""]
+        ):
+            key, subject = schema.fieldNames()
+            found = self._raw_rows(files, schema, subject, subjects)
+            with reading_field_ids(self.spark):
+                rows = found.select(self.functions.col(sql.quote_identifier(key))).distinct().collect()
+            keys.update(row[0] for row in rows if row[0] is not None)
+        return sorted(keys)
 
     def _verify(self, state: TableState, target: ErasureTarget, keys: list[Any]) -> dict[str, Any]:
         """Read every file of the table without delete files: does any erased key remain, and where?
@@ -171,18 +225,24 @@ class ErasureVerification:
         files = self._files(state)
         remaining: list[dict[str, Any]] = []
         if keys:
-            schema = f"{sql.quote_identifier(target.column)} {self._column_type(target.table, target.column)}"
-            hits = self._raw_rows(files, schema, target.column, keys).groupBy("file").count().collect()
+            hits: dict[str, int] = {}  # file to rows; a file read both ways counts its rows once
+            for schema in self._raw_schemas(target.table, [target.column]):
+                with reading_field_ids(self.spark):
+                    found = (
+                        self._raw_rows(files, schema, schema.fieldNames()[0], keys).groupBy("file").count()
+                    )
+                    for row in found.collect():
+                        hits[str(row.file)] = max(hits.get(str(row.file), 0), int(row["count"]))
             refs = self._refs(state)
-            for hit in hits:
-                path = normalized_path(str(hit.file))
-                file = files.referenced.get(path) or files.listed.get(path, (str(hit.file), 0))[0]
+            for found_in, rows in sorted(hits.items()):
+                path = normalized_path(found_in)
+                file = files.referenced.get(path) or files.listed.get(path, (found_in, 0))[0]
                 referenced = path in files.referenced
                 holders = [name for name, _, snapshot in refs if self._references(state, snapshot, {file})]
                 remaining.append(
                     {
                         "file": file,
-                        "rows": int(hit["count"]),
+                        "rows": rows,
                         "referenced": referenced,
                         "modified_ms": files.listed[path][1] if path in files.listed else None,
                         "refs": holders if referenced else [],

@@ -70,6 +70,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         self.source_identifier = sql.table_identifier(spec.catalog, source.table) if source.table else None
         self.source_query = query
         self.source_snapshot_id = source.snapshot_id
+        self.source_version: int | str | None = source.snapshot_id
         self._validated = False
 
     def _bind(self, text: str, what: str) -> str:
@@ -130,17 +131,16 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         source = TableState(self.spark, catalog, source_table, worker_catalog(catalog), in_driver=True)
         source.refresh()
         self.source_snapshot_id = source.head()
+        self.source_version = source.version(self.source_snapshot_id)
         log(f"Source {self.spec.source.table} read at snapshot {self.source_snapshot_id}")
 
     def _source(self) -> str:
         """The source rows as the user gives them (a slice overwrite renames their columns)."""
-        return merge_sql.source_relation(self.source_identifier, self.source_snapshot_id, self.source_query)
+        return merge_sql.source_relation(self.source_identifier, self.source_version, self.source_query)
 
     def _shown_source(self) -> str:
         """The source as the spec gives it: ``:name`` markers, never the bound values."""
-        return merge_sql.source_relation(
-            self.source_identifier, self.source_snapshot_id, self.spec.source.query
-        )
+        return merge_sql.source_relation(self.source_identifier, self.source_version, self.spec.source.query)
 
     def _prepare(self) -> None:
         """What a kind of merge plans once the source is pinned (a MERGE: its clauses' columns checked)."""
@@ -248,7 +248,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
     # -- counting ----------------------------------------------------------------------------------
 
     def _target_rows(self, head: int | None) -> str:
-        return merge_sql.target_rows(sql.table_identifier(self.spec.catalog, self.spec.table), head)
+        return merge_sql.target_rows(self.state.identifier, self.state.version(head, self.ref))
 
     #: How a committed change was carried out (a slice overwrite may replace whole files instead).
     _plan = Plan.ROW_LEVEL
@@ -301,9 +301,8 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
 
     def _live_rows(self, head: int | None) -> int:
         summary = self.state.summary(head)
-        return int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
-            summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
-        )
+        deleted = int(summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0)
+        return int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - deleted
 
     def _duplicates(self, head: int | None) -> dict[str, int]:
         query = merge_sql.duplicate_match_query(self._pairing(self._target_rows(head)))

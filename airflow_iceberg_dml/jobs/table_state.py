@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, overload
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.commits import SnapshotHistory, SnapshotRow
@@ -85,6 +85,11 @@ class MetadataView:
     properties: dict[str, str]
     #: The current schema's column names, in order.
     columns: list[str]
+    #: The current schema's id, and each snapshot's (None where the metadata does not say).
+    schema_id: int | None = None
+    snapshot_schemas: Mapping[int, int | None] = field(default_factory=dict)
+    #: The current schema's top-level columns' field ids, by name.
+    field_ids: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of_pyiceberg(cls, metadata: TableMetadata) -> MetadataView:
@@ -100,7 +105,10 @@ class MetadataView:
                 for snapshot in metadata.snapshots
             ),
             properties={"format-version": str(metadata.format_version), **metadata.properties},
-            columns=[field.name for field in metadata.schema().fields],
+            columns=[column.name for column in metadata.schema().fields],
+            schema_id=metadata.current_schema_id,
+            snapshot_schemas={snapshot.snapshot_id: snapshot.schema_id for snapshot in metadata.snapshots},
+            field_ids={column.name: column.field_id for column in metadata.schema().fields},
         )
 
     @classmethod
@@ -116,7 +124,15 @@ class MetadataView:
             refs=refs,
             snapshots=tuple(_snapshot_row(snapshot) for snapshot in metadata.get("snapshots", [])),
             properties={"format-version": str(metadata["format-version"]), **metadata.get("properties", {})},
-            columns=[str(field["name"]) for field in _current_schema(metadata)["fields"]],
+            columns=[str(column["name"]) for column in _current_schema(metadata)["fields"]],
+            field_ids={
+                str(column["name"]): int(column["id"]) for column in _current_schema(metadata)["fields"]
+            },
+            schema_id=_current_schema(metadata).get("schema-id", 0),
+            snapshot_schemas={
+                int(snapshot["snapshot-id"]): snapshot.get("schema-id")
+                for snapshot in metadata.get("snapshots", [])
+            },
         )
 
 
@@ -253,6 +269,28 @@ class TableState:
         if (metadata := self._view()) is not None:
             return list(metadata.columns)
         return list(self.spark.table(sql.table_identifier(self.catalog, self.table, _branch(ref))).columns)
+
+    def field_id(self, column: str) -> int | None:
+        """The Iceberg field id of top-level ``column``; None when only Spark SQL is read (it has none)."""
+        metadata = self._view()
+        return None if metadata is None else metadata.field_ids.get(column)
+
+    @overload
+    def version(self, snapshot_id: int, ref: str = MAIN) -> int | str: ...
+    @overload
+    def version(self, snapshot_id: None, ref: str = MAIN) -> None: ...
+    def version(self, snapshot_id: int | None, ref: str = MAIN) -> int | str | None:
+        """How a query reads ``snapshot_id`` (``sql.as_of``): by its id, or by ``ref`` when it is the head
+        of ``ref`` and the table's schema changed since (a column added, renamed, widened). Iceberg reads a
+        snapshot id with the columns it was written with (and 1.11 binds a filter on a renamed column to
+        the new name, apache/iceberg#16510), a branch with the table's: the columns a write has."""
+        metadata = self._view()
+        if snapshot_id is None or metadata is None or metadata.schema_id is None:
+            return snapshot_id
+        if self.refs().get(ref) != snapshot_id:
+            return snapshot_id
+        written_with = metadata.snapshot_schemas.get(snapshot_id)
+        return snapshot_id if written_with in (None, metadata.schema_id) else ref
 
     def _view(self) -> MetadataView | None:
         """The metadata as :meth:`refresh` left it (read now if not yet); None: ask Spark SQL."""
