@@ -106,8 +106,9 @@ def error_parameters(error: BaseException) -> dict[str, str]:
 
 #: SQLSTATE classes of errors in what the user wrote or in the data it meets, which a retry meets
 #: again: cardinality (21), data exception (22: a malformed cast, an overflow, a division by zero),
-#: integrity constraint (23), syntax or analysis (42), feature not supported (0A).
-_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A")
+#: integrity constraint (23), syntax or analysis (42), feature not supported (0A), and the user's own
+#: ``raise_error`` or ``assert_true`` (P0).
+_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A", "P0")
 #: Conditions of the same kind whose SQLSTATE is a data source's own (``KD000``).
 _INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
 

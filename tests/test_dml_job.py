@@ -435,6 +435,23 @@ def test_parameters_are_bound_by_spark(spark, catalog_hook) -> None:
         ),
         ({"where": "order_id = 'abc'"}, InvalidPredicateError, r"order_id = 'abc'.*CAST_INVALID_INPUT"),
         ({"where": "order_id / 0 > 1"}, InvalidPredicateError, "DIVIDE_BY_ZERO"),
+        # A guard of the user's own that fails on the data (USER_RAISED_EXCEPTION) fails a retry too.
+        (
+            {"where": "order_id < 5 AND assert_true(status <> 'O') IS NULL"},
+            InvalidPredicateError,
+            "USER_RAISED_EXCEPTION",
+        ),
+        (
+            {
+                "where": "order_id < 5",
+                "kind": JobKind.UPDATE,
+                "assignments": {
+                    "comment": "CASE WHEN amount < 3 THEN comment ELSE raise_error('too big') END"
+                },
+            },
+            InvalidExpressionError,
+            r"set\['comment'\].*USER_RAISED_EXCEPTION.*too big",
+        ),
     ],
 )
 def test_bad_input_is_named_and_commits_nothing(spark, catalog_hook, fields, error, message) -> None:
