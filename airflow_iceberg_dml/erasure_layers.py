@@ -9,7 +9,8 @@ file by its own format and never through Spark's view:
 - manifest lists (Avro): each manifest's partition summary (bounds) and path;
 - table metadata (``*.metadata.json``, every version kept): every string, snapshot summaries included;
 - Puffin files (deletion vectors, statistics): the footer's blob properties;
-- delete files (Parquet): the paths position deletes name, the key column of equality deletes;
+- delete files (Parquet): the paths position deletes name, the key column of equality deletes (by
+  its field id: a file written before a rename has the old name);
 - partition statistics (Parquet): the partition values;
 - names: every folder and file name under the location, and the catalog entry's metadata location.
 
@@ -21,11 +22,11 @@ from __future__ import annotations
 
 import json
 import struct
-from collections import defaultdict
-from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from airflow_iceberg_dml.erasure_findings import LayerCheck, Residue, unique
 from airflow_iceberg_dml.erasure_keys import keeps_value, key_names, redacted
 from airflow_iceberg_dml.table_paths import is_under, storage_roots
 
@@ -50,37 +51,6 @@ CATALOG = "catalog entry"
 _DELETE_FILE_PATH_ID = 2147483546
 _PUFFIN_MAGIC = b"PFA1"
 _BOUND_FORMATS = {"int": "<i", "long": "<q", "date": "<i"}
-
-
-@dataclass
-class Residue:
-    """A place where an erased key remains: the file, its layer and what in it (never the key)."""
-
-    file: str
-    layer: str
-    where: str
-    referenced: bool = True
-    modified_ms: int = 0
-
-    def to_json(self, names: set[str]) -> dict[str, Any]:
-        file = redacted(self.file, names)
-        return {"file": file, "layer": self.layer, "where": self.where, "referenced": self.referenced}
-
-
-@dataclass
-class LayerCheck:
-    """What one pass over a table's storage found: files read per layer, and the residues."""
-
-    files: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    residues: list[Residue] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)
-
-    def to_json(self, names: set[str]) -> dict[str, Any]:
-        return {
-            "files_read": dict(sorted(self.files.items())),
-            "residues": [residue.to_json(names) for residue in self.residues],
-            "unreadable": self.unreadable,
-        }
 
 
 class LayerScan:
@@ -133,16 +103,14 @@ class LayerScan:
             elif path.endswith((".puffin", ".stats")):
                 self._read(found, path, PUFFIN, self._puffin)
             elif path in deletes:
-                self._read(
-                    found, path, DELETE_FILES, lambda f, p, c=deletes[path]: self._delete_file(f, p, c)
-                )
+                self._read(found, path, DELETE_FILES, partial(self._delete_file, content=deletes[path]))
             elif path.endswith(".parquet") and self._in_metadata(path):
                 self._read(found, path, PARTITION_STATISTICS, self._partition_statistics)
         self._catalog_entry(found)
         for residue in found.residues:
             residue.referenced = residue.file in referenced or residue.layer == CATALOG
             residue.modified_ms = files.get(residue.file, 0)
-        found.residues = _unique(found.residues)
+        found.residues = unique(found.residues)
         return found
 
     def display(self, path: str) -> str:
@@ -333,7 +301,9 @@ class LayerScan:
             if content == 1 and "file_path" in names:
                 for text in set(parquet.read(columns=["file_path"]).column(0).to_pylist()):
                     self._text(found, path, DELETE_FILES, "a position delete's data file path", str(text))
-            key = next((name for name in names if name.lower() == self.column.lower()), None)
+            key = _column_of(parquet.schema_arrow, self.key_id) or next(
+                (name for name in names if name.lower() == self.column.lower()), None
+            )
             if content == 2 and key is not None:
                 values = parquet.read(columns=[key]).column(0).to_pylist()
                 if any(value is not None and self.matches(str(value)) for value in set(values)):
@@ -375,6 +345,15 @@ class LayerScan:
         return referenced
 
 
+def _column_of(schema: Any, field_id: int) -> str | None:
+    """The column of a Parquet file (its Arrow schema) that holds Iceberg field ``field_id``: renamed
+    since the file was written, it has its old name there."""
+    wanted = str(field_id).encode()
+    return next(
+        (item.name for item in schema if (item.metadata or {}).get(b"PARQUET:field_id") == wanted), None
+    )
+
+
 def _fs_path(location: str) -> str:
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
@@ -391,10 +370,3 @@ def _all_strings(value: Any) -> Iterator[str]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _all_strings(item)
-
-
-def _unique(residues: list[Residue]) -> list[Residue]:
-    seen: dict[tuple[str, str, str], Residue] = {}
-    for residue in residues:
-        seen.setdefault((residue.file, residue.layer, residue.where), residue)
-    return list(seen.values())

@@ -718,6 +718,128 @@ def test_key_columns_renamed_after_their_rows_were_written_are_erased_and_read_b
     assert sorted(main) == sorted(set(range(1, ORDERS + 1)) - erased_orders())
 
 
+def commit_equality_delete(spark: Any, catalog_hook: Any, name: str, column: str, values: list[int]) -> None:
+    """An equality delete file of ``column`` (a ``BIGINT``) in ``values``, written with its field id as
+    Iceberg's writers write it and committed through Iceberg's Java API, as a CDC writer (Flink) does:
+    Spark writes none."""
+    table = load(catalog_hook, name)
+    field_id = table.schema().find_field(column).field_id
+    path = Path(table.location().removeprefix("file:"), "data", f"equality-{column}.parquet")
+    metadata = {b"PARQUET:field_id": str(field_id).encode()}
+    pq.write_table(
+        pa.table({column: values}, schema=pa.schema([pa.field(column, pa.int64(), metadata=metadata)])), path
+    )
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    namespace, table_name = name.split(".")
+    names = gateway.new_array(jvm.java.lang.String, 1)
+    names[0] = namespace
+    identifier = jvm.org.apache.spark.sql.connector.catalog.Identifier.of(names, table_name)
+    java_table = (
+        spark._jsparkSession.sessionState().catalogManager().catalog(CATALOG).loadTable(identifier).table()
+    )
+    ids = gateway.new_array(jvm.int, 1)
+    ids[0] = field_id
+    builder = jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(java_table.spec()).ofEqualityDeletes(ids)
+    builder = builder.withPath(f"file:{path}").withFormat("PARQUET").withFileSizeInBytes(path.stat().st_size)
+    java_table.newRowDelta().addDeletes(builder.withRecordCount(len(values)).build()).commit()
+    spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
+
+
+@pytest.mark.parametrize(("renamed", "protected"), [(False, False), (False, True), (True, True)])
+def test_a_key_an_equality_delete_holds_is_purged_or_named_under_the_name_it_was_written_with(
+    spark, catalog_hook, renamed, protected
+):
+    """A CDC writer deleted a subject's rows with an equality delete, which holds the key. The erasure
+    finds no live row of it; the purge rewrites the rows and drops the delete file, and nothing holds
+    the key (read here). A protected branch keeps both: the layer check names the equality delete file,
+    found by the key's field id when the column was renamed since the file was written."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
+    from airflow_iceberg_dml.hooks.erasure_storage import ErasureStorageHook
+
+    name, column = new_table_name("equality"), "cust" if renamed else "customer_id"
+    spark.sql(f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, {column} BIGINT) USING iceberg")
+    spark.sql(
+        f"SELECT id AS order_id, {BASE} + id % {CUSTOMERS} AS {column} FROM range(1, {ORDERS + 1})"
+    ).repartition(2).writeTo(f"{CATALOG}.{name}").append()
+    commit_equality_delete(spark, catalog_hook, name, column, [SUBJECTS[0]])
+    if renamed:
+        spark.sql(f"ALTER TABLE {CATALOG}.{name} RENAME COLUMN cust TO customer_id")
+    if protected:
+        spark.sql(f"ALTER TABLE {CATALOG}.{name} CREATE BRANCH keep")
+    fields: dict[str, Any] = {"tables": {name: "customer_id"}, "subjects": SUBJECTS}
+    fields["protected_refs"] = ("keep",) if protected else ()
+    purge = IcebergEraseOperator(
+        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
+    )
+    for operator in (IcebergEraseOperator(task_id="erase", **fields), purge):
+        spec = operator.build_spec(
+            task_context(RunKey("d", operator.task_id, "r")), {name: load(catalog_hook, name)}
+        )
+        record = run_spec(spark, spec)
+    salt = new_salt()
+    entry: dict[str, Any] = {
+        "column": "customer_id",
+        "verification": record.details["tables"][name]["verification"],
+    }
+    settings: Any = SimpleNamespace(digest_salt=salt, orphan_grace_ms=0)
+    ErasureStorageHook(catalog_hook.catalog, name).check_layers(
+        name, entry, KeyDigests.of(SUBJECTS, salt), settings
+    )
+
+    equality_file = f"data/equality-{column}.parquet"
+    layers = entry["verification"]["layers"]
+    where = [residue["where"] for residue in layers["residues"] if residue["file"].endswith(equality_file)]
+    on_storage = key_residues(load(catalog_hook, name).location(), {SUBJECTS[0]})
+    if protected:
+        assert where == [f"an equality delete's {column}"]
+        assert f"parquet {equality_file}" in on_storage
+    else:
+        assert entry["verification"]["clean"] is True
+        assert layers["residues"] == []
+        assert on_storage == []
+
+
+def test_a_file_imported_without_field_ids_is_read_by_the_key_columns_name(spark, catalog_hook, tmp_path):
+    """``add_files`` imports Parquet files written without Iceberg's field ids, and gives the table a
+    name mapping to read them by. The purge's proof reads the key column by field id and, on such a
+    table, by name too: the erased rows a protected branch keeps in the imported file are named."""
+    from datetime import timedelta
+
+    name = new_table_name("imported")
+    spark.sql(f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, customer_id BIGINT) USING iceberg")
+    folder = tmp_path / "import"
+    folder.mkdir()
+    orders = list(range(1, 201))
+    pq.write_table(
+        pa.table({"order_id": orders, "customer_id": [BASE + order % CUSTOMERS for order in orders]}),
+        folder / "part-0.parquet",
+    )
+    spark.sql(f"CALL {CATALOG}.system.add_files(table => '{name}', source_table => '`parquet`.`{folder}`')")
+    assert "schema.name-mapping.default" in load(catalog_hook, name).properties
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} CREATE BRANCH keep")
+    fields: dict[str, Any] = {
+        "tables": {name: "customer_id"},
+        "subjects": SUBJECTS,
+        "protected_refs": ("keep",),
+    }
+    purge = IcebergEraseOperator(
+        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
+    )
+    for operator in (IcebergEraseOperator(task_id="erase", **fields), purge):
+        spec = operator.build_spec(
+            task_context(RunKey("d", operator.task_id, "r")), {name: load(catalog_hook, name)}
+        )
+        record = run_spec(spark, spec)
+
+    remaining = record.details["tables"][name]["verification"]["remaining"]
+    assert [(Path(item["file"]).name, item["rows"], item["refs"]) for item in remaining] == [
+        ("part-0.parquet", sum(1 for order in orders if BASE + order % CUSTOMERS in SUBJECTS), ["keep"])
+    ]
+
+
 @pytest.mark.parametrize("variant", ["v3_partitioned", "v2_by_key"])
 def test_an_unprotected_branch_is_erased_and_purged_with_main(
     spark, catalog_hook, airflow_db, spark_default_over_connect, variant
