@@ -161,3 +161,31 @@ def test_a_change_by_a_renamed_column_in_a_classic_driver(spark, catalog_hook, c
     if change == "dry_run":
         assert record.details["rows_matched"] == 10
     assert _rows(catalog_hook, name) == _expected(change)
+
+
+def test_a_column_dropped_and_added_again_under_its_name_is_the_new_empty_one(spark, catalog_hook):
+    """A column dropped and added again is a new column, NULL on every earlier row. Read by the head's
+    snapshot id, ``note`` would be the dropped column's values, and the UPDATE would match nothing and
+    report a no-op."""
+    name = new_table_name("readded")
+    spark.sql(
+        f"CREATE TABLE {CATALOG}.{name} (id BIGINT, note STRING) TBLPROPERTIES ('format-version' = '2')"
+    )
+    spark.sql("SELECT id, concat('old ', id) AS note FROM range(1, 101)").writeTo(
+        f"{CATALOG}.{name}"
+    ).append()
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} DROP COLUMN note")
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} ADD COLUMN note STRING")
+
+    spec = DmlSpec(
+        kind=JobKind.UPDATE,
+        catalog=CATALOG,
+        table=name,
+        where="note IS NULL AND id < 5",
+        assignments={"note": "'new'"},
+    )
+    record = run_spec(spark, spec)
+
+    assert (record.outcome, record.plan) == (Outcome.COMMITTED, Plan.ROW_LEVEL)
+    expected = [{"id": i, "note": "new" if i < 5 else None} for i in range(1, 101)]
+    assert _rows(catalog_hook, name) == expected
