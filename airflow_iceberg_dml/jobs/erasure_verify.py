@@ -199,7 +199,11 @@ class ErasureVerification:
                 frame = self.spark.read.schema(schema).options(**options).parquet(*paths)
                 frames.append(frame.withColumn("file", self.functions.col("_metadata.file_path")))
         if not frames:
-            return self.spark.createDataFrame([], schema.fromJson(schema.jsonValue()).add("file", "string"))
+            from pyspark.sql.types import StringType, StructField, StructType
+
+            return self.spark.createDataFrame(
+                [], StructType([*schema.fields, StructField("file", StringType())])
+            )
         rows = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
         return rows.where(self.functions.col(sql.quote_identifier(column)).isin(values))
 
