@@ -22,6 +22,19 @@ DATA_WRITE_PATHS = ("write.data.path", "write.object-storage.path", "write.folde
 WRITE_PATHS = (*DATA_WRITE_PATHS, "write.metadata.path")
 
 
+def gc_disabled_problem(name: str, properties: Mapping[str, str], what: str) -> str | None:
+    """Why ``what`` (a purge, snapshot expiry, orphan removal) cannot delete files of table ``name``, or
+    None: with ``gc.enabled`` false, Iceberg deletes none of them (they may belong to another table too,
+    as the files of a table the ``snapshot`` procedure made do), and refuses the procedures that would."""
+    if properties.get("gc.enabled", "true").strip().lower() != "false":
+        return None
+    return (
+        f"Table {name!r} has gc.enabled = false: Iceberg deletes none of its files, which may be another "
+        f"table's too (a table the snapshot procedure made shares its source's), so {what} cannot run on "
+        "it. Set gc.enabled = true only when no other table references its files."
+    )
+
+
 def write_paths(properties: Mapping[str, str], keys: Sequence[str] = WRITE_PATHS) -> list[str]:
     """The write paths the table's properties set, of ``keys``, in that order."""
     return [properties[key] for key in keys if properties.get(key)]

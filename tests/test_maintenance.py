@@ -530,6 +530,70 @@ def test_orphan_removal_refuses_a_location_outside_the_table_before_spark(
     assert all(path.exists() for path in files)
 
 
+def test_every_task_that_deletes_files_refuses_a_table_with_gc_disabled_before_spark(
+    catalog_hook, monkeypatch
+):
+    """``gc.enabled = false`` marks a table whose files may be another table's too (the snapshot
+    procedure's tables share their source's): Iceberg refuses to delete any of them. Snapshot expiry,
+    orphan removal and an erasure (whose purge could never remove the erased rows' files; in either
+    mode) fail before Spark, without retries, where Iceberg failed a retryable Spark job. A compaction
+    deletes no file and is planned as before."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from airflow_iceberg_dml.operators.erase import IcebergEraseOperator
+    from tests.conftest import task_context
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_NOWHERE", "spark://192.0.2.1:7077")  # a Spark job would hang
+    name = new_table_name("gc_disabled")
+    schema = Schema(NestedField(1, "customer_id", LongType(), required=False))
+    table = catalog_hook.catalog.create_table(name, schema, properties={"gc.enabled": "false"})
+    for day in range(2):
+        table.append(pa.table({"customer_id": pa.array([day, 7], pa.int64())}))
+    snapshots = [snapshot.snapshot_id for snapshot in load(catalog_hook, name).snapshots()]
+    tasks: list[Any] = [
+        IcebergExpireSnapshotsOperator(task_id="expire", table=name, force=True, retain_last=1),
+        IcebergRemoveOrphanFilesOperator(task_id="orphans", table=name),
+        IcebergEraseOperator(task_id="erase", tables={name: "customer_id"}, subjects=[7]),
+        IcebergEraseOperator(task_id="purge", tables={name: "customer_id"}, subjects=[7], mode="purge"),
+    ]
+    for task in tasks:
+        task.spark_conn_id = "spark_nowhere"
+        ti = SimpleNamespace(
+            dag_id="care", task_id=task.task_id, run_id="manual__1", map_index=-1, try_number=1
+        )
+        with pytest.raises(
+            AirflowFailException, match=rf"UnsupportedTableError: Table '{name}' has gc.enabled = false"
+        ):
+            task.execute({"ti": ti})
+    assert [snapshot.snapshot_id for snapshot in load(catalog_hook, name).snapshots()] == snapshots
+    compaction = IcebergCompactionOperator(task_id="compact", table=name, force=True)
+    context = task_context(RunKey("care", "compact", "manual__1", -1))
+    assert compaction.build_spec(context, load(catalog_hook, name)).calls
+
+
+def test_gc_disabled_after_the_task_planned_fails_the_job_without_retries(spark, catalog_hook):
+    """``gc.enabled`` set false between the operator's check and the job: Iceberg's refusal is the same
+    non-retryable ``UnsupportedTableError``, not a Spark failure a retry would meet again."""
+    from tests.conftest import task_context
+
+    name = create_orders_table(spark, new_table_name("gc_disabled_later"), rows=30)
+    spark.sql(f"INSERT INTO {CATALOG}.{name} SELECT * FROM {CATALOG}.{name} WHERE order_id < 3")
+    expire = IcebergExpireSnapshotsOperator(task_id="expire", table=name, force=True, retain_last=1)
+    spec = expire.build_spec(
+        task_context(RunKey("care", "expire", "manual__1", -1)), load(catalog_hook, name)
+    )
+    spark.sql(f"ALTER TABLE {CATALOG}.{name} SET TBLPROPERTIES ('gc.enabled' = 'false')")
+
+    record = run_spec(spark, spec)
+
+    assert (record.error_type, record.retryable) == ("UnsupportedTableError", False)
+    assert f"Table '{name}' has gc.enabled = false" in str(record.error_message)
+
+
 def test_orphan_removal_refuses_a_data_path_another_table_writes_to(catalog_hook, tmp_path):
     """A data write path outside the table's location may be shared (Iceberg lets tables share an object
     storage path): scanning it would take the other table's files for orphans, so it is refused, naming

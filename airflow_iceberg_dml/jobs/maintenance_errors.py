@@ -9,8 +9,10 @@ from airflow_iceberg_dml.exceptions import (
     IcebergDmlError,
     InvalidMaintenanceOptionError,
     InvalidPredicateError,
+    UnsupportedTableError,
 )
 from airflow_iceberg_dml.jobs.runner import error_message, java_causes
+from airflow_iceberg_dml.table_paths import gc_disabled_problem
 
 if TYPE_CHECKING:
     from airflow_iceberg_dml.spec import MaintenanceSpec
@@ -28,6 +30,8 @@ def bad_input(spec: MaintenanceSpec, error: Exception) -> IcebergDmlError | None
     causes = java_causes(error)
     if causes and "Cannot use options" in causes[-1][1]:
         return InvalidMaintenanceOptionError(causes[-1][1])
+    if "GC is disabled" in error_message(error):  # gc.enabled set false since the operator checked
+        return UnsupportedTableError(gc_disabled_problem(spec.table, {"gc.enabled": "false"}, "it") or "")
     if causes and any(refusal in causes[-1][1] for refusal in _REFUSED_ORDERS):
         return InvalidMaintenanceOptionError(f"the rewrite's sort order cannot be used: {causes[-1][1]}")
     wheres = list(dict.fromkeys(where for call in spec.calls if (where := getattr(call, "where", None))))

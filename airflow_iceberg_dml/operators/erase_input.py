@@ -15,7 +15,7 @@ from airflow_iceberg_dml.jobs.row_level import write_mode_of
 from airflow_iceberg_dml.metadata_columns import reserved_column_problem
 from airflow_iceberg_dml.procedures import parse_age
 from airflow_iceberg_dml.spec import ErasureTarget, WriteMode
-from airflow_iceberg_dml.table_paths import data_paths_shared
+from airflow_iceberg_dml.table_paths import data_paths_shared, gc_disabled_problem
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,6 +105,8 @@ def check_target(
     table = tables[target.table]
     if problem := reserved_column_problem(target.table, [field.name for field in table.schema().fields]):
         raise UnsupportedTableError(problem)
+    if problem := gc_disabled_problem(target.table, table.properties, "a purge of the erased rows' files"):
+        raise UnsupportedTableError(f"{problem} Nothing was {'purged' if write_mode is None else 'erased'}.")
     for name in (target.table, target.through_table):
         if name is not None:
             check_file_formats(tables[name], name)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 from airflow_iceberg_dml import lineage
+from airflow_iceberg_dml.exceptions import UnsupportedTableError
 from airflow_iceberg_dml.health import HealthReport, HealthThresholds, Retention, table_health
 from airflow_iceberg_dml.operators.base import (
     BaseIcebergSparkJobOperator,
@@ -31,6 +32,7 @@ from airflow_iceberg_dml.spec import (
     ProcedureCall,
     snapshot_id_text,
 )
+from airflow_iceberg_dml.table_paths import gc_disabled_problem
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
     from pyiceberg.table import Table
+
+#: The procedures that delete files, which Iceberg refuses on a table with ``gc.enabled`` false.
+_DELETES_FILES = frozenset({MaintenanceProcedure.EXPIRE_SNAPSHOTS, MaintenanceProcedure.REMOVE_ORPHAN_FILES})
 
 
 class MaintenanceResult(TypedDict):
@@ -174,6 +179,11 @@ class BaseIcebergMaintenanceOperator(
         return self._spec(context, table, self.procedure_calls(table, health, now))
 
     def _spec(self, context: Context, table: Table, calls: Sequence[ProcedureCall]) -> MaintenanceSpec:
+        deleting = [call.procedure.value for call in calls if call.procedure in _DELETES_FILES]
+        if deleting and (
+            problem := gc_disabled_problem(self.table, table.properties, " and ".join(deleting))
+        ):
+            raise UnsupportedTableError(problem)
         return MaintenanceSpec(
             catalog=table.catalog.name,
             table=self.table,
