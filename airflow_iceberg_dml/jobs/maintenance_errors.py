@@ -31,7 +31,8 @@ def bad_input(spec: MaintenanceSpec, error: Exception) -> IcebergDmlError | None
     if causes and "Cannot use options" in causes[-1][1]:
         return InvalidMaintenanceOptionError(causes[-1][1])
     if "GC is disabled" in error_message(error):  # gc.enabled set false since the operator checked
-        return UnsupportedTableError(gc_disabled_problem(spec.table, {"gc.enabled": "false"}, "it") or "")
+        deleting = " and ".join(call.procedure.value for call in spec.calls)
+        return UnsupportedTableError(gc_disabled_problem(spec.table, {"gc.enabled": "false"}, deleting) or "")
     if causes and any(refusal in causes[-1][1] for refusal in _REFUSED_ORDERS):
         return InvalidMaintenanceOptionError(f"the rewrite's sort order cannot be used: {causes[-1][1]}")
     wheres = list(dict.fromkeys(where for call in spec.calls if (where := getattr(call, "where", None))))
