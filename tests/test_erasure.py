@@ -659,6 +659,23 @@ def test_a_protected_branch_is_never_changed_and_the_purge_names_it(spark, catal
     assert sorted(keep) == list(range(1, ORDERS + 1))
 
 
+def erase_then_purge(spark: Any, catalog_hook: Any, **fields: Any) -> tuple[Any, Any]:
+    """The job records of an erasure of ``fields`` and of its purge right after (every erasure due, no
+    minimum retention), each task's spec built from the tables as they are then."""
+    from datetime import timedelta
+
+    names = sorted(
+        {*fields["tables"], *(t.table for t in fields["tables"].values() if isinstance(t, Through))}
+    )
+    purge = {"mode": "purge", "purge_ahead": timedelta(days=365), "min_retention": timedelta(0)}
+    records = []
+    for task_id, extra in (("erase", {}), ("purge", purge)):
+        operator = IcebergEraseOperator(task_id=task_id, **fields, **extra)
+        tables = {name: load(catalog_hook, name) for name in names}
+        records.append(run_spec(spark, operator.build_spec(task_context(RunKey("d", task_id, "r")), tables)))
+    return records[0], records[1]
+
+
 def test_key_columns_renamed_after_their_rows_were_written_are_erased_and_read_by_field_id(
     spark, catalog_hook
 ):
@@ -667,7 +684,6 @@ def test_key_columns_renamed_after_their_rows_were_written_are_erased_and_read_b
     field id, so it names the erased rows a protected branch keeps in those older files, and finds the
     keys of a table reached through one whose columns were renamed too (the order ids of its erased rows,
     read from its files)."""
-    from datetime import timedelta
 
     v2 = "'format-version' = '2'"
     orders, items = new_table_name("renamed_orders"), new_table_name("renamed_items")
@@ -688,16 +704,7 @@ def test_key_columns_renamed_after_their_rows_were_written_are_erased_and_read_b
         "subjects": SUBJECTS,
         "protected_refs": ("keep",),
     }
-    erase = IcebergEraseOperator(task_id="erase", **fields)
-    purge = IcebergEraseOperator(
-        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
-    )
-    records = []
-    for operator in (erase, purge):
-        tables = {name: load(catalog_hook, name) for name in (orders, items)}
-        records.append(
-            run_spec(spark, operator.build_spec(task_context(RunKey("d", operator.task_id, "r")), tables))
-        )
+    records = erase_then_purge(spark, catalog_hook, **fields)
 
     erased = records[0].details["tables"]
     assert (erased[orders]["keys"], erased[items]["keys"]) == (len(SUBJECTS), len(erased_orders()))
@@ -753,7 +760,6 @@ def test_a_key_an_equality_delete_holds_is_purged_or_named_under_the_name_it_was
     finds no live row of it; the purge rewrites the rows and drops the delete file, and nothing holds
     the key (read here). A protected branch keeps both: the layer check names the equality delete file,
     found by the key's field id when the column was renamed since the file was written."""
-    from datetime import timedelta
     from types import SimpleNamespace
 
     from airflow_iceberg_dml.erasure_keys import KeyDigests, new_salt
@@ -771,14 +777,7 @@ def test_a_key_an_equality_delete_holds_is_purged_or_named_under_the_name_it_was
         spark.sql(f"ALTER TABLE {CATALOG}.{name} CREATE BRANCH keep")
     fields: dict[str, Any] = {"tables": {name: "customer_id"}, "subjects": SUBJECTS}
     fields["protected_refs"] = ("keep",) if protected else ()
-    purge = IcebergEraseOperator(
-        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
-    )
-    for operator in (IcebergEraseOperator(task_id="erase", **fields), purge):
-        spec = operator.build_spec(
-            task_context(RunKey("d", operator.task_id, "r")), {name: load(catalog_hook, name)}
-        )
-        record = run_spec(spark, spec)
+    _, record = erase_then_purge(spark, catalog_hook, **fields)
     salt = new_salt()
     entry: dict[str, Any] = {
         "column": "customer_id",
@@ -806,7 +805,6 @@ def test_a_file_imported_without_field_ids_is_read_by_the_key_columns_name(spark
     """``add_files`` imports Parquet files written without Iceberg's field ids, and gives the table a
     name mapping to read them by. The purge's proof reads the key column by field id and, on such a
     table, by name too: the erased rows a protected branch keeps in the imported file are named."""
-    from datetime import timedelta
 
     name = new_table_name("imported")
     spark.sql(f"CREATE TABLE {CATALOG}.{name} (order_id BIGINT, customer_id BIGINT) USING iceberg")
@@ -825,14 +823,7 @@ def test_a_file_imported_without_field_ids_is_read_by_the_key_columns_name(spark
         "subjects": SUBJECTS,
         "protected_refs": ("keep",),
     }
-    purge = IcebergEraseOperator(
-        task_id="purge", mode="purge", purge_ahead=timedelta(days=365), min_retention=timedelta(0), **fields
-    )
-    for operator in (IcebergEraseOperator(task_id="erase", **fields), purge):
-        spec = operator.build_spec(
-            task_context(RunKey("d", operator.task_id, "r")), {name: load(catalog_hook, name)}
-        )
-        record = run_spec(spark, spec)
+    _, record = erase_then_purge(spark, catalog_hook, **fields)
 
     remaining = record.details["tables"][name]["verification"]["remaining"]
     assert [(Path(item["file"]).name, item["rows"], item["refs"]) for item in remaining] == [
