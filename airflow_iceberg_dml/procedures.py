@@ -24,7 +24,8 @@ from airflow_iceberg_dml.spec import (
     RewriteManifestsCall,
     RewritePositionDeleteFilesCall,
 )
-from airflow_iceberg_dml.sql import literal, quote_identifier, split_table_name
+from airflow_iceberg_dml.specs.parameters import literal
+from airflow_iceberg_dml.sql import quote_identifier, split_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

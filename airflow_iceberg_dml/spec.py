@@ -17,10 +17,8 @@ from airflow_iceberg_dml.specs.common import (
     JobKind,
     JobSpec,
     JsonSpec,
-    Parameter,
     Plan,
     RunKey,
-    ScalarParameter,
     SummaryKey,
     WriteMode,
     parse_snapshot_id,
@@ -41,6 +39,13 @@ from airflow_iceberg_dml.specs.maintenance import (
     RewritePositionDeleteFilesCall,
 )
 from airflow_iceberg_dml.specs.merge import MergeAction, MergeClause, MergeSource, MergeSpec, MergeWhen
+from airflow_iceberg_dml.specs.parameters import (
+    Parameter,
+    ParameterValue,
+    ScalarParameter,
+    SqlType,
+    TypedValue,
+)
 from airflow_iceberg_dml.specs.record import JobRecord, Outcome
 
 __all__ = [
@@ -75,6 +80,7 @@ __all__ = [
     "MergeWhen",
     "Outcome",
     "Parameter",
+    "ParameterValue",
     "Plan",
     "ProcedureCall",
     "RemoveOrphanFilesCall",
@@ -83,7 +89,9 @@ __all__ = [
     "RewritePositionDeleteFilesCall",
     "RunKey",
     "ScalarParameter",
+    "SqlType",
     "SummaryKey",
+    "TypedValue",
     "WriteMode",
     "parse_snapshot_id",
     "snapshot_id_text",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from airflow_iceberg_dml.exceptions import InvalidTableNameError
+from airflow_iceberg_dml.specs.parameters import literal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -126,24 +126,6 @@ def rewrite_query(
         for column in columns
     )
     return f"SELECT {projection}\nFROM {source} {as_of(version)}"
-
-
-def literal(value: object) -> str:
-    """A Spark SQL literal for a parameter value (strings escaped, never spliced raw); a list or
-    tuple becomes a parenthesised list of literals, for ``column IN :values``."""
-    if isinstance(value, list | tuple):
-        if not value:
-            raise TypeError("A list parameter needs at least one value.")
-        return "(" + ", ".join(literal(item) for item in value) + ")"
-    if value is None or isinstance(value, bool):
-        return {None: "NULL", True: "TRUE", False: "FALSE"}[value]
-    if isinstance(value, int):
-        return f"{value}L" if not -(2**31) <= value < 2**31 else str(value)
-    if isinstance(value, float):
-        return f"{value!r}D" if math.isfinite(value) else f"CAST('{value}' AS DOUBLE)"
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    raise TypeError(f"Parameter values must be str, int, float, bool or None, not {type(value).__name__}.")
 
 
 _IDENTIFIER_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")

@@ -130,11 +130,23 @@ def _decode_union(options: tuple[Any, ...], data: Any, path: str) -> Any:
         if isinstance(getattr(member, UNION_TAG, None), Enum)
     }
     if not tagged:
-        return data  # a union of JSON values (a parameter: scalar or list) is read as it is
+        return _decode_untagged(members, data, path)
     tag = data.get(UNION_TAG) if isinstance(data, dict) else None
     if not isinstance(tag, str | int) or tag not in tagged:
         raise WireError(f"{path}: no member of the union has {UNION_TAG}={tag!r} (one of {sorted(tagged)}).")
     return decode(tagged[tag], data, path)
+
+
+def _decode_untagged(members: list[Any], data: Any, path: str) -> Any:
+    """``data`` as a union of JSON values, at most one dataclass and at most one list (a parameter: a
+    scalar, a typed value or a list of them): an object is read as the dataclass, a list as the list."""
+    classes = [member for member in members if dataclasses.is_dataclass(member)]
+    lists = [member for member in members if get_origin(member) in (list, tuple)]
+    if isinstance(data, dict) and len(classes) == 1:
+        return decode(classes[0], data, path)
+    if isinstance(data, list) and len(lists) == 1:
+        return decode(lists[0], data, path)
+    return data
 
 
 def _field_hints(cls: type[Any]) -> dict[str, Any]:

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.spec import SummaryKey, WriteMode
+from airflow_iceberg_dml.specs.parameters import literal
 from bench.common import format_seconds, log
 from bench.tables import (
     BASE_TAG,
@@ -53,7 +53,7 @@ class ErasureTables:
 
     def orders_of(self, customers: Sequence[int]) -> str:
         """``orders`` predicate: the customers' orders."""
-        return f"o_custkey IN {sql.literal(list(customers))}"
+        return f"o_custkey IN {literal(list(customers))}"
 
     def items_of(self, customers: Sequence[int]) -> str:
         """``lineitem`` predicate: the line items of the customers' orders, as the base held them."""

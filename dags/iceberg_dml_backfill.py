@@ -37,14 +37,17 @@ the days a backfill asks for.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pendulum
 from airflow.sdk import DAG, Param
 
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
 
-#: What the wrong rate is corrected by.
-RATE = "0.92"
+#: What the wrong rate is corrected by: a Decimal, bound exactly (a float would not be), the product
+#: written to the column's two places, rounded half up.
+RATE = Decimal("0.92")
 #: The training clerks, whose orders were test data: Clerk#000000001 up to this one.
 LAST_TRAINING_CLERK = "Clerk#000000200"
 
@@ -62,7 +65,7 @@ with DAG(
     restate_prices = IcebergUpdateOperator(
         task_id="restate_prices",
         table="{{ params.table }}",
-        set={"o_totalprice": "CAST(round(o_totalprice * CAST(:rate AS DECIMAL(4, 2)), 2) AS DECIMAL(15, 2))"},
+        set={"o_totalprice": "o_totalprice * :rate"},
         where="o_orderdate = CAST(:day AS DATE)",
         parameters={"rate": RATE, "day": "{{ ds }}"},
     )

@@ -15,7 +15,7 @@ PUBLIC_NAMES = {
         "CompactionStrategy RewriteDataFilesCall RewritePositionDeleteFilesCall RewriteManifestsCall "
         "ExpireSnapshotsCall RemoveOrphanFilesCall ProcedureCall MaintenanceSpec ErasureMode ErasureTarget "
         "ErasureSpec Check CheckKind CheckSpec MergeAction MergeClause MergeSource MergeSpec MergeWhen "
-        "GroupMember"
+        "GroupMember ParameterValue SqlType TypedValue"
     ),
     "airflow_iceberg_dml.health": (
         "MIB DEFAULT_MAX_SNAPSHOT_AGE_MS DEFAULT_MIN_SNAPSHOTS_TO_KEEP MAX_SNAPSHOT_AGE_PROPERTY "

@@ -184,12 +184,12 @@ def _bad(**fields: Any) -> IcebergDeleteOperator | IcebergUpdateOperator:
         ({"where": "TRUE", "expected_snapshot_id": "1"}, SnapshotMismatchError, "expected snapshot 1"),
         ({"where": "TRUE", "expected_snapshot_id": "abc"}, ValueError, "abc"),
         ({"where": "TRUE", "table": "tests.no_such_table"}, TableNotFoundError, "no_such_table"),
-        # The spec goes to the job as JSON: a date used to fail spark-submit, retryably, "not JSON
-        # serializable"; it is named before Spark, with what to give instead.
+        # The spec goes to the job as JSON: a value with no SQL literal (a time of day) is named before
+        # Spark, with what to give instead; a date crosses as a typed value (test_typed_parameters.py).
         (
-            {"where": "order_id < :cutoff", "parameters": {"cutoff": dt.date(2026, 1, 1)}},
+            {"where": "order_id < :cutoff", "parameters": {"cutoff": dt.time(12, 30)}},
             InvalidExpressionError,
-            r"parameters\['cutoff'\]: a date is not a parameter value.*ISO text",
+            r"parameters\['cutoff'\]: datetime.time\(12, 30\) is not a parameter value.*time of day",
         ),
         ({"where": "order_id = :x", "parameters": "x=1"}, ValueError, "parameters must be a mapping"),
         (

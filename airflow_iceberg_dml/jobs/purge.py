@@ -15,6 +15,7 @@ from airflow_iceberg_dml.jobs.runner import log
 from airflow_iceberg_dml.jobs.table_state import TableState
 from airflow_iceberg_dml.result import rewrite_counts
 from airflow_iceberg_dml.spec import ExpireSnapshotsCall, RewriteManifestsCall, SummaryKey, snapshot_id_text
+from airflow_iceberg_dml.specs.parameters import literal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -233,7 +234,7 @@ class PurgeSteps(ErasureVerification):
         head = state.head(branch)
         if head is None or not files:
             return False
-        where = f"status = 2 AND data_file.file_path IN {sql.literal(sorted(files))}"
+        where = f"status = 2 AND data_file.file_path IN {literal(sorted(files))}"
         query = sql.snapshot_query(f"{state.identifier}.entries", head, "count(*)", where)
         return int(self.spark.sql(query).collect()[0][0]) > 0
 
@@ -246,12 +247,12 @@ class PurgeSteps(ErasureVerification):
         with live entries only (the way a branch's manifests leave the deleted entries behind).
         """
         arguments = [
-            ("table", sql.literal(".".join(sql.quote_identifier(p) for p in sql.split_table_name(table))))
+            ("table", literal(".".join(sql.quote_identifier(p) for p in sql.split_table_name(table))))
         ]
         if branch != "main":
-            arguments.append(("branch", sql.literal(branch)))
+            arguments.append(("branch", literal(branch)))
         chosen = {**REWRITE_OPTIONS, "rewrite-all": "true"} if everything else REWRITE_OPTIONS
-        options = ", ".join(f"{sql.literal(k)}, {sql.literal(v)}" for k, v in chosen.items())
+        options = ", ".join(f"{literal(k)}, {literal(v)}" for k, v in chosen.items())
         arguments.append(("options", f"map({options})"))
         statement = sql.call_procedure(self.spec.catalog, "rewrite_data_files", arguments)
         state.refresh()

@@ -22,11 +22,11 @@ from airflow_iceberg_dml.spec import (
     Check,
     CheckSpec,
     JobRecord,
-    ScalarParameter,
+    ParameterValue,
     parse_snapshot_id,
     snapshot_id_text,
 )
-from airflow_iceberg_dml.specs.common import given_parameters
+from airflow_iceberg_dml.specs.parameters import given_parameters
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,7 +97,8 @@ class IcebergCheckOperator(BaseIcebergSparkJobOperator[None, CheckResult]):
     :param snapshot_id: Check this snapshot (an integer or its decimal text; any snapshot still in the
         table's metadata) instead of the head of ``branch``. (templated)
     :param parameters: Values for named parameter markers (``:name``) in conditions and queries, bound
-        by the job as literals instead of formatted into the SQL. (templated)
+        by the job as literals of their type instead of formatted into the SQL, as the DML operators'
+        ``parameters``. (templated)
     :param fail_on_failure: When True (default), a failed check fails the task (no retry: the data will
         not change by retrying). When False, the task only reports: it succeeds, and the result says
         which checks failed (``passed``, ``failed``).
@@ -123,7 +124,7 @@ class IcebergCheckOperator(BaseIcebergSparkJobOperator[None, CheckResult]):
         checks: Mapping[str, Mapping[str, Any] | Check] | Sequence[Check],
         branch: str | None = None,
         snapshot_id: int | str | None = None,
-        parameters: Mapping[str, ScalarParameter | list[ScalarParameter]] | None = None,
+        parameters: Mapping[str, ParameterValue | list[ParameterValue]] | None = None,
         fail_on_failure: bool = True,
         **kwargs: Any,
     ) -> None:

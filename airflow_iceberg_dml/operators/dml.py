@@ -41,11 +41,11 @@ from airflow_iceberg_dml.spec import (
     IsolationLevel,
     JobKind,
     JobRecord,
-    ScalarParameter,
+    ParameterValue,
     WriteMode,
     parse_snapshot_id,
 )
-from airflow_iceberg_dml.specs.common import given_parameters
+from airflow_iceberg_dml.specs.parameters import given_parameters
 from airflow_iceberg_dml.sql import is_template
 
 if TYPE_CHECKING:
@@ -75,7 +75,9 @@ class BaseIcebergDmlOperator(
     :param where: Spark SQL boolean predicate selecting the rows. Required; pass ``"TRUE"`` to
         select every row on purpose. (templated)
     :param parameters: Values for named parameter markers (``:name``) in ``where`` and the ``set``
-        expressions, bound by Spark instead of formatted into the SQL. (templated)
+        expressions, bound by the job as literals of their type, never formatted into the SQL: a str,
+        int, float, bool, None, date, datetime or Decimal, or a list of them (see
+        :class:`~airflow_iceberg_dml.spec.TypedValue`). (templated)
     :param catalog_conn_id: ``iceberg`` connection (see
         :class:`~airflow_iceberg_dml.operators.base.BaseIcebergSparkJobOperator`).
     :param spark_conn_id: Which engine runs the job: a ``spark`` connection (spark-submit; none:
@@ -164,7 +166,7 @@ class BaseIcebergDmlOperator(
         *,
         table: str,
         where: str | None = None,
-        parameters: Mapping[str, ScalarParameter] | None = None,
+        parameters: Mapping[str, ParameterValue | list[ParameterValue]] | None = None,
         snapshot_properties: Mapping[str, str] | None = None,
         branch: str | None = None,
         write_mode: WriteMode | str = WriteMode.MERGE_ON_READ,

@@ -29,7 +29,7 @@ from airflow_iceberg_dml.spec import (
     WriteMode,
     parse_snapshot_id,
 )
-from airflow_iceberg_dml.specs.common import given_parameters
+from airflow_iceberg_dml.specs.parameters import given_parameters
 from airflow_iceberg_dml.sql import expression_problem, select_all, split_table_name, table_identifier
 
 if TYPE_CHECKING:

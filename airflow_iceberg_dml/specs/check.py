@@ -12,10 +12,9 @@ from airflow_iceberg_dml.specs.common import (
     SPEC_VERSION,
     TABLE_PLACEHOLDER,
     JsonSpec,
-    Parameter,
-    parameter_problem,
     reads_table,
 )
+from airflow_iceberg_dml.specs.parameters import Parameter, given_parameters, parameter_problem
 from airflow_iceberg_dml.sql import expression_problem
 
 
@@ -183,6 +182,7 @@ class CheckSpec(JsonSpec):
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise InvalidCheckError(f"Check names must be unique: {repeated} given more than once.")
+        object.__setattr__(self, "parameters", given_parameters(self.parameters))
         problem = parameter_problem(self.parameters)
         if problem:
             raise InvalidCheckError(problem)

@@ -4,15 +4,15 @@ and the one way they are written as JSON (:mod:`airflow_iceberg_dml.wire`). Stan
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import date
-from decimal import Decimal
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from airflow_iceberg_dml import __version__, wire
 from airflow_iceberg_dml.sql import segments
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 PACKAGE_VERSION = __version__
 
@@ -246,45 +246,6 @@ def with_table(query: str, table: str) -> str:
     return "".join(
         text.replace(TABLE_PLACEHOLDER, table) if kind == "code" else text for kind, text in segments(query)
     )
-
-
-ScalarParameter = str | int | float | bool | None
-#: A parameter the jobs bind: a scalar, or a list of them (``column IN :values``).
-Parameter = ScalarParameter | list[ScalarParameter]
-
-
-def given_parameters(value: object) -> dict[str, Any]:
-    """An operator's ``parameters`` as the spec takes them (a mapping of name to value; None: none), its
-    values checked by the spec (:func:`parameter_problem`)."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"parameters must be a mapping of marker name to value, not {value!r}.")
-    return dict(value)
-
-
-def parameter_problem(parameters: Mapping[str, object]) -> str | None:
-    """Why ``parameters`` cannot be bound, or None: each value must be a :data:`Parameter` (the spec goes
-    to the job as JSON, where the value is bound as a literal of its type)."""
-    for name, value in parameters.items():
-        for item in value if isinstance(value, list | tuple) else [value]:
-            if item is None or isinstance(item, str | int | float | bool):
-                continue
-            hint = ""
-            if isinstance(item, date):  # datetime and pendulum's too
-                hint = (
-                    " (a date or time as its ISO text, as {{ ds }} renders, with CAST(:name AS DATE) or "
-                    "CAST(:name AS TIMESTAMP) where its type matters)"
-                )
-            elif isinstance(item, Decimal):
-                hint = (
-                    " (a Decimal as its text, with CAST(:name AS DECIMAL(p, s)): a float would lose digits)"
-                )
-            return (
-                f"parameters[{name!r}]: a {type(item).__name__} is not a parameter value; give a str, "
-                f"int, float, bool or None, or a list of them{hint}."
-            )
-    return None
 
 
 class JobSpec(Protocol):

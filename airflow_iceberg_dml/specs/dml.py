@@ -13,12 +13,11 @@ from airflow_iceberg_dml.specs.common import (
     IsolationLevel,
     JobKind,
     JsonSpec,
-    Parameter,
     RunKey,
     WriteMode,
-    parameter_problem,
     reads_table,
 )
+from airflow_iceberg_dml.specs.parameters import Parameter, given_parameters, parameter_problem
 
 
 @dataclass(frozen=True)
@@ -173,6 +172,7 @@ class DmlSpec(JsonSpec):
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "parameters", given_parameters(self.parameters))
         problem = parameter_problem(self.parameters)
         if problem:
             raise InvalidExpressionError(problem)

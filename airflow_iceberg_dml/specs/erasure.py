@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
-from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, RunKey, ScalarParameter, WriteMode
+from airflow_iceberg_dml.specs.common import SPEC_VERSION, JsonSpec, RunKey, WriteMode
+from airflow_iceberg_dml.specs.parameters import ScalarParameter
 
 
 class ErasureMode(StrEnum):

@@ -11,12 +11,11 @@ from airflow_iceberg_dml.exceptions import InvalidExpressionError
 from airflow_iceberg_dml.specs.common import (
     SPEC_VERSION,
     JsonSpec,
-    Parameter,
     RunKey,
     WriteMode,
-    parameter_problem,
 )
 from airflow_iceberg_dml.specs.dml import Audits, CommitPolicy, Guards
+from airflow_iceberg_dml.specs.parameters import Parameter, given_parameters, parameter_problem
 
 
 class MergeWhen(StrEnum):
@@ -163,6 +162,7 @@ class MergeSpec(JsonSpec):
     def __post_init__(self) -> None:
         if not self.clauses:
             raise ValueError("A merge needs at least one clause.")
+        object.__setattr__(self, "parameters", given_parameters(self.parameters))
         problem = parameter_problem(self.parameters)
         if problem:
             raise InvalidExpressionError(problem)
