@@ -111,6 +111,12 @@ def error_parameters(error: BaseException) -> dict[str, str]:
 _INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A", "P0")
 #: Conditions of the same kind whose SQLSTATE is a data source's own (``KD000``).
 _INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
+#: Java exceptions a Spark task raises on the statement's own text with no SQLSTATE of Spark's: a
+#: regular expression or a format string that is not one, compiled where the rows are read
+#: (``comment rlike '['``, ``split(comment, '[')``, ``format_string('%d', comment)``).
+_INPUT_JAVA_EXCEPTION = re.compile(
+    r"(?:java\.util\.regex\.(PatternSyntaxException)|java\.util\.(\w*Format\w*Exception))(?::[ ]?([^\n]*))?"
+)
 
 
 def is_input_error(error: BaseException) -> bool:
@@ -123,7 +129,37 @@ def is_input_error(error: BaseException) -> bool:
     ):
         return True
     messages = [message for _, message in java_causes(error)]
-    return unbound_metadata_column(messages) or reserved_name_refusal(messages)
+    return (
+        unbound_metadata_column(messages)
+        or reserved_name_refusal(messages)
+        or input_java_exception(error) is not None
+    )
+
+
+def input_java_exception(error: BaseException) -> str | None:
+    """``"<Exception>: <message>"`` of a Java exception behind ``error`` that a Spark task raised on the
+    statement's own text (:data:`_INPUT_JAVA_EXCEPTION`), or None. A Spark task's failure reaches the
+    driver as the stage's (``Job aborted due to stage failure: ...``), naming the task's exception in
+    its message or as its cause."""
+    for class_name, message in java_causes(error):
+        found = _INPUT_JAVA_EXCEPTION.search(f"{class_name}: {message}")
+        if found:
+            return f"{found.group(1) or found.group(2)}: {found.group(3) or ''}".strip()
+    return None
+
+
+def error_summary(error: BaseException) -> str:
+    """``error`` in one line, as the jobs quote it: the first line of its message; a Spark task's failure
+    on a pattern or a format string by that exception (:func:`input_java_exception`), not by the stage
+    that failed; a gRPC error that PySpark passes on as its text by its details; else ``repr``."""
+    named = input_java_exception(error)
+    if named:
+        return named
+    details = _GRPC_DETAILS.search(error_message(error))
+    if details:
+        return details.group(1)
+    lines = error_message(error).strip().splitlines()
+    return lines[0] if lines else repr(error)
 
 
 def java_causes(error: BaseException) -> list[tuple[str, str]]:

@@ -211,6 +211,45 @@ def test_input_errors_and_others_are_not_conflicts():
     assert commit_failure(RuntimeError("boom")) is None
 
 
+@pytest.mark.parametrize(
+    ("cause", "summary"),
+    [
+        ("java.util.regex.PatternSyntaxException", "PatternSyntaxException: Unclosed group near index 1"),
+        ("java.util.UnknownFormatConversionException", "UnknownFormatConversionException: Unclosed group"),
+        ("java.lang.OutOfMemoryError", None),
+        ("java.util.zip.DataFormatException", None),  # a corrupt file, not the statement's text
+    ],
+)
+def test_a_pattern_or_format_a_spark_task_could_not_compile_is_bad_input_named_by_it(cause, summary):
+    """No SQLSTATE: the stage's failure has the task's exception as its cause (py4j), or names it in its
+    message (Spark Connect, without the server's stack trace)."""
+    from airflow_iceberg_dml.conflicts import error_summary
+
+    message = "Unclosed group near index 1" if "Pattern" in cause else "Unclosed group"
+    stage = f"Job aborted due to stage failure: Lost task 0.0 (executor driver): {cause}: {message}"
+    py4j = _Py4JError(
+        _JavaException("org.apache.spark.SparkException", stage, _JavaException(cause, message))
+    )
+    from pyspark.errors.exceptions.connect import SparkException
+
+    connect = SparkException(message=f"(org.apache.spark.SparkException) {stage}")
+    for error in (py4j, connect):
+        assert classify(error) is (FailureKind.BAD_INPUT if summary else FailureKind.OTHER)
+        assert error_summary(error) == (summary or stage)
+
+
+def test_a_grpc_failure_passed_on_as_text_is_summed_up_by_its_details():
+    from airflow_iceberg_dml.conflicts import error_summary
+
+    text = (
+        "<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.UNKNOWN\n"
+        '\tdetails = "Requested array size exceeds VM limit"\n\tdebug_error_string = "UNKNOWN"\n>'
+    )
+    assert error_summary(RuntimeError(text)) == "Requested array size exceeds VM limit"
+    assert error_summary(RuntimeError("")) == "RuntimeError('')"
+    assert error_summary(RuntimeError("first\nsecond")) == "first"
+
+
 def _raising(error: Exception):
     def attempt(number: int) -> str:
         raise error

@@ -435,6 +435,22 @@ def test_parameters_are_bound_by_spark(spark, catalog_hook) -> None:
         ),
         ({"where": "order_id = 'abc'"}, InvalidPredicateError, r"order_id = 'abc'.*CAST_INVALID_INPUT"),
         ({"where": "order_id / 0 > 1"}, InvalidPredicateError, "DIVIDE_BY_ZERO"),
+        # A pattern or a format string that a Spark task compiles as it reads the rows fails with a Java
+        # exception and no SQLSTATE (the stage's failure names it): named by it, not retried.
+        (
+            {"where": "status rlike '['"},
+            InvalidPredicateError,
+            r"status rlike '\['.*: PatternSyntaxException: Unclosed character class",
+        ),
+        (
+            {
+                "where": "order_id < 5",
+                "kind": JobKind.UPDATE,
+                "assignments": {"comment": "printf('%q', amount)"},
+            },
+            InvalidExpressionError,
+            r"set\['comment'\].*: UnknownFormatConversionException: Conversion = 'q'$",
+        ),
         # A guard of the user's own that fails on the data (USER_RAISED_EXCEPTION) fails a retry too.
         (
             {"where": "order_id < 5 AND assert_true(status <> 'O') IS NULL"},

@@ -570,6 +570,9 @@ _PROMISES = [
         "InvalidExpressionError",
         300,
     ),
+    # Compiled by the Spark task as it reads the rows: its Java exception is in the stage's message.
+    ("bad pattern", {"where": "split(status, '[')[0] = 'O'"}, "InvalidPredicateError", 300),
+    ("bad format", {"where": "format_string('%d', status) = '1'"}, "InvalidPredicateError", 300),
 ]
 
 

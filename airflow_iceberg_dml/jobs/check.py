@@ -27,7 +27,7 @@ from airflow_iceberg_dml.exceptions import (
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_condition,
-    error_message,
+    error_summary,
     functions,
     is_input_error,
     log,
@@ -226,7 +226,7 @@ class CheckJob:
             yield
         except AnalysisException as error:  # ParseException is one
             condition = error_condition(error)
-            problem = error_message(error).splitlines()[0] if error_message(error) else repr(error)
+            problem = error_summary(error)
             if condition.startswith("UNRESOLVED_COLUMN"):
                 raise UnknownColumnError(f"{what}: unknown column. {problem}") from None
             if condition.startswith("INVALID_NON_DETERMINISTIC_EXPRESSIONS"):
@@ -313,7 +313,7 @@ class CheckJob:
         except Exception as error:
             if not is_input_error(error):
                 raise
-            problem = error_message(error).splitlines()[0] if error_message(error) else repr(error)
+            problem = error_summary(error)
             named = ", ".join(check.label for check in checks)
             raise InvalidCheckError(f"{named} failed on the data: {problem}") from None
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import AuditFailedError, ConcurrentCommitError, InvalidExpressionError
 from airflow_iceberg_dml.jobs.row_level import find_own_commit
-from airflow_iceberg_dml.jobs.runner import error_message, log
+from airflow_iceberg_dml.jobs.runner import error_summary, log
 from airflow_iceberg_dml.specs.common import with_table
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class WriteAuditPublish(Generic[SpecT]):
             try:
                 rows = self.spark.sql(with_table(query, self._target(branch))).collect()
             except Exception as error:  # noqa: BLE001 - a broken audit is a failed audit, reported as such
-                failures.append(f"{name!r} could not run: {error_message(error).splitlines()[0]}")
+                failures.append(f"{name!r} could not run: {error_summary(error)}")
                 continue
             values = [list(row) for row in rows]
             if values != [[True]]:
@@ -93,7 +93,7 @@ class WriteAuditPublish(Generic[SpecT]):
         except Exception as error:  # noqa: BLE001 - reported with the reason, the branch left to inspect
             raise ConcurrentCommitError(
                 f"All audits passed but {self.ref} could not be fast-forwarded to {branch}: "
-                f"{error_message(error).splitlines()[0]}. Another commit landed on {self.ref}; the task "
+                f"{error_summary(error)}. Another commit landed on {self.ref}; the task "
                 "can be retried."
             ) from None
         self._drop_branch(branch)

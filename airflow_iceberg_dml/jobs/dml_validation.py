@@ -20,6 +20,7 @@ from airflow_iceberg_dml.jobs.runner import (
     error_condition,
     error_message,
     error_parameters,
+    error_summary,
     is_input_error,
     java_causes,
     probe_row,
@@ -161,7 +162,7 @@ class DmlValidation:
     def _input_error(self, error: BaseException) -> IcebergDmlError:
         spec = self.spec
         # Spark leaves the table name empty in some messages ("the table ``"): name it here.
-        problem = error_message(error).splitlines()[0].replace("table ``", f"table {spec.table}").strip()
+        problem = error_summary(error).replace("table ``", f"table {spec.table}").strip()
         causes = [message for _, message in java_causes(error)]
         if reserved_name_refusal(causes):
             return UnsupportedTableError(f"{spec.table!r}: {problem} Rename the column first (ALTER TABLE).")

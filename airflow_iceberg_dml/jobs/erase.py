@@ -42,6 +42,7 @@ from airflow_iceberg_dml.jobs.purge import REWRITE_OPTIONS, PurgeSteps
 from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_message,
+    error_summary,
     functions,
     is_input_error,
     log,
@@ -199,7 +200,7 @@ class ErasureJob(PurgeSteps):
             if not is_input_error(error):  # the cluster or the storage: a retry may succeed
                 raise
             # A cast or a division that fails on the requests' rows fails the same way on every try.
-            problem = error_message(error).splitlines()[0] if error_message(error) else repr(error)
+            problem = error_summary(error)
             raise InvalidSubjectsError(f"subjects_query failed on the data: {problem}") from None
         finally:
             self.spark.catalog.setCurrentCatalog(previous)

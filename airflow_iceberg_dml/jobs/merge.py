@@ -35,6 +35,7 @@ from airflow_iceberg_dml.jobs.runner import (
     application_id,
     error_condition,
     error_message,
+    error_summary,
     is_input_error,
     log,
     run_job,
@@ -365,7 +366,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
             ):
                 raise unparsable from None
             hint = merge_errors.metadata_column_hint(error, self._texts(), self.spec.target_alias)
-            problem = error_message(error)
+            problem = error_summary(error)
             raise merge_errors.analysis_error(self.spec.table, problem, hint, self.kind) from None
 
     def _texts(self) -> Iterator[tuple[str, str, str]]:

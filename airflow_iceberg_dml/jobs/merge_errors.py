@@ -85,7 +85,7 @@ def unparsable(spark: SparkSession, texts: Iterable[tuple[str, str, str]]) -> In
     """
     from pyspark.errors import AnalysisException, ParseException
 
-    from airflow_iceberg_dml.jobs.runner import error_message, functions
+    from airflow_iceberg_dml.jobs.runner import error_summary, functions
 
     expr = functions(spark).expr
     for what, shown, bound in texts:
@@ -95,7 +95,7 @@ def unparsable(spark: SparkSession, texts: Iterable[tuple[str, str, str]]) -> In
             try:
                 spark.range(0).select(expr(text)).schema  # noqa: B018 - parsed (and analysed), never run
             except ParseException as error:
-                problem = error_message(error).splitlines()[0]
+                problem = error_summary(error)
                 return InvalidExpressionError(
                     f"{what}={shown!r} is not one Spark SQL expression{after}: {problem}"
                 )

@@ -28,6 +28,7 @@ from airflow_iceberg_dml.conflicts import (
     error_condition,
     error_message,
     error_parameters,
+    error_summary,
     is_input_error,
     java_causes,
     lost_engine_cause,
@@ -164,6 +165,7 @@ __all__ = [
     "error_condition",
     "error_message",
     "error_parameters",
+    "error_summary",
     "is_input_error",
     "java_causes",
     "sql_state",
@@ -276,9 +278,8 @@ def _unclassified(error: Exception) -> IcebergDmlError:
     """The package error for a failure the job did not name: a lost engine, or any other (retryable)."""
     if classify(error) is FailureKind.ENGINE_UNREACHABLE:
         return lost_engine(error)
-    first_line = error_message(error).splitlines()[0] if error_message(error) else repr(error)
     traceback.print_exc()
-    return SparkJobError(f"{type(error).__name__}: {first_line}")
+    return SparkJobError(f"{type(error).__name__}: {error_summary(error)}")
 
 
 def quiet_analysis_errors() -> None:
