@@ -106,9 +106,10 @@ def error_parameters(error: BaseException) -> dict[str, str]:
 
 #: SQLSTATE classes of errors in what the user wrote or in the data it meets, which a retry meets
 #: again: cardinality (21), data exception (22: a malformed cast, an overflow, a division by zero),
-#: integrity constraint (23), syntax or analysis (42), feature not supported (0A), and the user's own
-#: ``raise_error`` or ``assert_true`` (P0).
-_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A", "P0")
+#: integrity constraint (23), syntax or analysis (42), feature not supported (0A), a limit the statement
+#: exceeds (54: an array of more elements than Spark allows, ``sequence(1, 3000000000)``), and the user's
+#: own ``raise_error`` or ``assert_true`` (P0).
+_INPUT_SQLSTATE_CLASSES = ("21", "22", "23", "42", "0A", "54", "P0")
 #: Conditions of the same kind whose SQLSTATE is a data source's own (``KD000``).
 _INPUT_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE",)
 #: Java exceptions a Spark task raises on the statement's own text with no SQLSTATE of Spark's: a

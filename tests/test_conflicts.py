@@ -206,6 +206,7 @@ def test_a_partial_progress_rewrite_whose_group_commit_failed_is_a_conflict():
 def test_input_errors_and_others_are_not_conflicts():
     assert classify(_SqlError("42703")) is FailureKind.BAD_INPUT  # unresolved column
     assert classify(_SqlError("22003")) is FailureKind.BAD_INPUT  # overflow in the data
+    assert classify(_SqlError("54000")) is FailureKind.BAD_INPUT  # a limit exceeded: too many elements
     assert classify(_SqlError("08001")) is FailureKind.OTHER  # connection
     assert classify(RuntimeError("boom")) is FailureKind.OTHER
     assert commit_failure(RuntimeError("boom")) is None

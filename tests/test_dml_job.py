@@ -435,6 +435,11 @@ def test_parameters_are_bound_by_spark(spark, catalog_hook) -> None:
         ),
         ({"where": "order_id = 'abc'"}, InvalidPredicateError, r"order_id = 'abc'.*CAST_INVALID_INPUT"),
         ({"where": "order_id / 0 > 1"}, InvalidPredicateError, "DIVIDE_BY_ZERO"),
+        (
+            {"where": "size(sequence(1L, order_id * 3000000000L)) > 1"},
+            InvalidPredicateError,
+            "COLLECTION_SIZE_LIMIT_EXCEEDED",
+        ),
         # A pattern or a format string that a Spark task compiles as it reads the rows fails with a Java
         # exception and no SQLSTATE (the stage's failure names it): named by it, not retried.
         (
