@@ -308,6 +308,43 @@ def test_fraction_guard_counts_live_rows(spark, catalog_hook):
         run(spark, name, where="order_id > 250", guards=Guards(max_fraction_affected=0.2))
 
 
+def test_fraction_guard_counts_the_rows_a_cdc_writers_equality_deletes_left(spark, catalog_hook):
+    """A table a CDC writer (Flink) changes holds equality deletes, which the snapshot summary cannot
+    count rows for: 1,000 records of which an equality delete removed 900. The live rows are counted, so
+    a change of 50 of the 100 left is 50% (not 5% of 1,000) for the guard of a DELETE and of a MERGE,
+    and for a dry run."""
+    from airflow_iceberg_dml.jobs.merge import MergeJob
+    from airflow_iceberg_dml.spec import MergeAction, MergeClause, MergeSource, MergeSpec, MergeWhen
+    from tests.test_erasure import commit_equality_delete
+
+    name = new_table_name("guard_cdc")
+    spark.sql(f"CREATE TABLE {CATALOG}.{name} (id BIGINT, grp BIGINT) USING iceberg")
+    spark.sql("SELECT id, id % 10 AS grp FROM range(0, 1000)").writeTo(f"{CATALOG}.{name}").append()
+    commit_equality_delete(spark, catalog_hook, name, "grp", list(range(9)))
+    live = [i for i in range(1000) if i % 10 == 9]
+    changed = [i for i in live if i < 500]
+    before = head(catalog_hook, name)
+
+    impact = run(spark, name, where="id < 500", dry_run=True).details
+    assert (impact["rows_matched"], impact["rows_total"]) == (len(changed), len(live))
+    with pytest.raises(GuardExceededError, match=r"would touch 50 of 100 rows \(50.00%\)"):
+        run(spark, name, where="id < 500", guards=Guards(max_fraction_affected=0.1))
+    merge = MergeSpec(
+        catalog=CATALOG,
+        table=name,
+        source=MergeSource(query="SELECT id FROM range(0, 500)"),
+        on="t.id = s.id",
+        clauses=(MergeClause(MergeWhen.MATCHED, MergeAction.DELETE),),
+        guards=Guards(max_fraction_affected=0.1),
+    )
+    with pytest.raises(GuardExceededError, match=r"would touch 50 of 100 rows \(50.00%\)"):
+        MergeJob(spark, merge).run()
+    assert head(catalog_hook, name) == before
+    assert run(spark, name, where="id < 500", guards=Guards(max_fraction_affected=0.5)).outcome is (
+        Outcome.COMMITTED
+    )
+
+
 def test_dry_run_reports_rows_and_files_per_partition_and_commits_nothing(spark, catalog_hook):
     name = create_orders_table(spark, new_table_name("dry_run"), rows=300, files_per_partition=2)
     before = head(catalog_hook, name)

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
 from airflow_iceberg_dml.exceptions import GuardExceededError
-from airflow_iceberg_dml.spec import SummaryKey
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -88,11 +87,7 @@ class DmlImpact:
             }
             for row in rows
         ]
-        head_row = self.state.history().get(head)
-        summary = head_row.summary if head_row is not None else {}
-        total = int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - int(
-            summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0
-        )
+        total = self.state.live_rows(head, self.ref)
         matched = sum(int(row.rows) for row in rows)
         return {
             "rows_matched": matched,

@@ -301,9 +301,7 @@ class MergeJob(WriteAuditPublish[MergeSpec]):
         return [int(summary[counter]) for counter in counters]
 
     def _live_rows(self, head: int | None) -> int:
-        summary = self.state.summary(head)
-        deleted = int(summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0)
-        return int(summary.get(SummaryKey.TOTAL_RECORDS) or 0) - deleted
+        return self.state.live_rows(head, self.ref)
 
     def _duplicates(self, head: int | None) -> dict[str, int]:
         query = merge_sql.duplicate_match_query(self._pairing(self._target_rows(head)))

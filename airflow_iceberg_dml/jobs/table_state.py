@@ -30,6 +30,7 @@ from airflow_iceberg_dml.commits import SnapshotHistory, SnapshotRow
 from airflow_iceberg_dml.exceptions import BranchNotFoundError, IcebergDmlError, TableNotFoundError
 from airflow_iceberg_dml.jobs import spark_internals
 from airflow_iceberg_dml.jobs.runner import error_condition, error_message, is_connect, log
+from airflow_iceberg_dml.spec import SummaryKey
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -255,6 +256,21 @@ class TableState:
         """One snapshot's summary; empty for None or a snapshot no longer in the metadata."""
         row = self.history().get(snapshot_id)
         return row.summary if row is not None else {}
+
+    def live_rows(self, snapshot_id: int | None, ref: str = MAIN) -> int:
+        """The rows ``snapshot_id`` (of ``ref``) holds: its summary's records less its position deletes;
+        counted by Spark where the summary cannot say, when the snapshot has equality deletes (a CDC
+        writer's: each may delete any number of rows, or none) or no record count. The count reads the
+        snapshot's files, with their deletes."""
+        summary = self.summary(snapshot_id)
+        records, equality = (
+            summary.get(SummaryKey.TOTAL_RECORDS),
+            summary.get(SummaryKey.TOTAL_EQUALITY_DELETES),
+        )
+        if snapshot_id is None or (records is not None and int(equality or 0) == 0):
+            return int(records or 0) - int(summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0)
+        version = str(self.version(snapshot_id, ref))
+        return int(self.spark.read.option("versionAsOf", version).table(self.identifier).count())
 
     def properties(self) -> dict[str, str]:
         """The table's properties (Iceberg adds ``format-version``; Spark SQL ``sort-order`` and others)."""
