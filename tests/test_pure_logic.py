@@ -679,10 +679,11 @@ def test_private_files_are_owner_only(tmp_path):
         (Decimal("1E+38"), "at most 38 digits"),  # 39 digits
         (Decimal("0.1E-38"), "at most 38 digits"),  # a decimal(39, 39)
         (dt.time(12, 30), "a time of day has no SQL type in Spark"),
+        (dt.timedelta(days=1), "is not a parameter value; give a str"),
         ({"nested": 1}, "is not a parameter value; give a str, int, float, bool, None, date, datetime"),
         ([1, dt.time(1)], "is not a parameter value"),
     ],
-    ids=["decimal-nan", "decimal-39-digits", "decimal-39-places", "time", "dict", "in-a-list"],
+    ids=["decimal-nan", "decimal-39-digits", "decimal-39-places", "time", "timedelta", "dict", "in-a-list"],
 )
 def test_a_parameter_the_job_cannot_bind_is_named_by_every_spec(value, named):
     """The spec reaches the job as JSON: a value with no literal of its type is refused where the spec is
