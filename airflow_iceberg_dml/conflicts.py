@@ -129,20 +129,21 @@ def is_input_error(error: BaseException) -> bool:
         _INPUT_CONDITIONS
     ):
         return True
-    messages = [message for _, message in java_causes(error)]
+    causes = java_causes(error)
+    messages = [message for _, message in causes]
     return (
         unbound_metadata_column(messages)
         or reserved_name_refusal(messages)
-        or input_java_exception(error) is not None
+        or input_java_exception(causes) is not None
     )
 
 
-def input_java_exception(error: BaseException) -> str | None:
-    """``"<Exception>: <message>"`` of a Java exception behind ``error`` that a Spark task raised on the
-    statement's own text (:data:`_INPUT_JAVA_EXCEPTION`), or None. A Spark task's failure reaches the
-    driver as the stage's (``Job aborted due to stage failure: ...``), naming the task's exception in
-    its message or as its cause."""
-    for class_name, message in java_causes(error):
+def input_java_exception(causes: list[tuple[str, str]]) -> str | None:
+    """``"<Exception>: <message>"`` of a Java exception among ``causes`` (:func:`java_causes`) that a
+    Spark task raised on the statement's own text (:data:`_INPUT_JAVA_EXCEPTION`), or None. A Spark
+    task's failure reaches the driver as the stage's (``Job aborted due to stage failure: ...``), naming
+    the task's exception in its message or as its cause."""
+    for class_name, message in causes:
         found = _INPUT_JAVA_EXCEPTION.search(f"{class_name}: {message}")
         if found:
             return f"{found.group(1) or found.group(2)}: {found.group(3) or ''}".strip()
@@ -153,13 +154,14 @@ def error_summary(error: BaseException) -> str:
     """``error`` in one line, as the jobs quote it: the first line of its message; a Spark task's failure
     on a pattern or a format string by that exception (:func:`input_java_exception`), not by the stage
     that failed; a gRPC error that PySpark passes on as its text by its details; else ``repr``."""
-    named = input_java_exception(error)
+    named = input_java_exception(java_causes(error))
     if named:
         return named
-    details = _GRPC_DETAILS.search(error_message(error))
+    message = error_message(error)
+    details = _GRPC_DETAILS.search(message)
     if details:
         return details.group(1)
-    lines = error_message(error).strip().splitlines()
+    lines = message.strip().splitlines()
     return lines[0] if lines else repr(error)
 
 

@@ -675,13 +675,16 @@ def test_private_files_are_owner_only(tmp_path):
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        (Decimal("NaN"), "Decimal('NaN') has no exact SQL literal"),
-        (Decimal("1E+38"), "at most 38 digits"),  # 39 digits
-        (Decimal("0.1E-38"), "at most 38 digits"),  # a decimal(39, 39)
+        (Decimal("NaN"), "a Decimal that is not finite or has more than 38 digits"),
+        (Decimal("1E+38"), "a Decimal that is not finite or has more than 38 digits"),  # 39 digits
+        (Decimal("0.1E-38"), "a Decimal that is not finite or has more than 38 digits"),  # decimal(39, 39)
         (dt.time(12, 30), "a time of day has no SQL type in Spark"),
-        (dt.timedelta(days=1), "is not a parameter value; give a str"),
-        ({"nested": 1}, "is not a parameter value; give a str, int, float, bool, None, date, datetime"),
-        ([1, dt.time(1)], "is not a parameter value"),
+        (dt.timedelta(days=1), "a timedelta is not a parameter value; give a str"),
+        (
+            {"nested": 1},
+            "a dict is not a parameter value; give a str, int, float, bool, None, date, datetime",
+        ),
+        ([1, dt.time(1)], "a time is not a parameter value"),
     ],
     ids=["decimal-nan", "decimal-39-digits", "decimal-39-places", "time", "timedelta", "dict", "in-a-list"],
 )

@@ -263,11 +263,9 @@ class TableState:
         writer's: each may delete any number of rows, or none) or no record count. The count reads the
         snapshot's files, with their deletes."""
         summary = self.summary(snapshot_id)
-        records, equality = (
-            summary.get(SummaryKey.TOTAL_RECORDS),
-            summary.get(SummaryKey.TOTAL_EQUALITY_DELETES),
-        )
-        if snapshot_id is None or (records is not None and int(equality or 0) == 0):
+        records = summary.get(SummaryKey.TOTAL_RECORDS)
+        equality_deletes = int(summary.get(SummaryKey.TOTAL_EQUALITY_DELETES) or 0)
+        if snapshot_id is None or (records is not None and equality_deletes == 0):
             return int(records or 0) - int(summary.get(SummaryKey.TOTAL_POSITION_DELETES) or 0)
         version = str(self.version(snapshot_id, ref))
         return int(self.spark.read.option("versionAsOf", version).table(self.identifier).count())

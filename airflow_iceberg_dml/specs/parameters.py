@@ -144,12 +144,13 @@ def parameter_problem(parameters: Mapping[str, object]) -> str | None:
                 continue
             if isinstance(item, Decimal):
                 return (
-                    f"parameters[{name!r}]: {item!r} has no exact SQL literal: a Decimal parameter must be "
-                    f"finite, with at most {MAX_DECIMAL_DIGITS} digits (Spark's largest decimal)."
+                    f"parameters[{name!r}]: a Decimal that is not finite or has more than "
+                    f"{MAX_DECIMAL_DIGITS} digits (Spark's largest decimal) has no exact SQL literal."
                 )
             hint = " (a time of day has no SQL type in Spark: give a datetime, or its text)"
             return (
-                f"parameters[{name!r}]: {item!r} is not a parameter value; give a str, int, float, bool, "
-                f"None, date, datetime or Decimal, or a list of them{hint if isinstance(item, time) else ''}."
+                f"parameters[{name!r}]: a {type(item).__name__} is not a parameter value; give a str, int, "
+                f"float, bool, None, date, datetime or Decimal, or a list of them"
+                f"{hint if isinstance(item, time) else ''}."
             )
     return None
