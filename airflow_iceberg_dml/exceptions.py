@@ -55,6 +55,11 @@ class SnapshotMismatchError(IcebergDmlError):
     """The table moved on from the snapshot the change was planned against (``expected_snapshot_id``)."""
 
 
+class ChangedRunError(IcebergDmlError):
+    """An earlier try of this run key committed another change than this try's (its predicate, ``set``,
+    merge or parameter values changed since): neither is applied on top of the other unasked."""
+
+
 class GuardExceededError(IcebergDmlError):
     """The change would touch more rows than ``max_rows_affected`` / ``max_fraction_affected`` allow."""
 

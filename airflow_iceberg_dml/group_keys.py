@@ -23,13 +23,15 @@ Engine = tuple[str, ...]
 
 #: The table property that must say merge-on-read for DELETEs and UPDATEs to be mixed in one MERGE.
 MERGE_MODE = "write.merge.mode"
-#: Summary entries that tell the tries of one run apart; every other entry must agree to group.
+#: Summary entries that tell the runs and tries of changes apart, and the changes themselves (each
+#: one's digest is in its group entry); every other entry must agree to group.
 _PER_RUN_KEYS = {
     SummaryKey.DAG_ID,
     SummaryKey.TASK_ID,
     SummaryKey.RUN_ID,
     SummaryKey.MAP_INDEX,
     SummaryKey.TRY_NUMBER,
+    SummaryKey.CHANGE,
 }
 
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.change_digest import dml_change
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import UNMATCHED, Offer, claim, held, queue_folder, settle
 from airflow_iceberg_dml.group_keys import GroupOffer, bound_where, engine_of, group_key, mix_key
@@ -408,7 +409,10 @@ def test_a_claiming_change_that_matches_nothing_commits_the_waiting_changes_and_
     snapshot = after.current_snapshot()
     assert snapshot.parent_snapshot_id == head
     summary = _summary(after)
-    assert json.loads(summary[SummaryKey.GROUP]) == [LEADER.group_entry(0), _key(2).group_entry(1)]
+    assert json.loads(summary[SummaryKey.GROUP]) == [
+        LEADER.group_entry(0, change=dml_change(JobKind.DELETE, "order_id > 5000", {})),
+        _key(2).group_entry(1, change=dml_change(JobKind.DELETE, "order_id = 1", {})),
+    ]
     assert record.details[UNMATCHED] == {"snapshot_id": head, "run_keys": [_key(3).group_entry(0)]}
     assert sorted(after.scan().to_arrow()["order_id"].to_pylist()) == sorted(
         order for order in table.scan().to_arrow()["order_id"].to_pylist() if order != 1

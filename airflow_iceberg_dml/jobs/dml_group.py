@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
+from airflow_iceberg_dml.change_digest import dml_change
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.group_commit import UNMATCHED
 from airflow_iceberg_dml.group_keys import MERGE_MODE, reads_any
@@ -141,7 +142,11 @@ class GroupCommit:
         kinds = [member.kind or own for member, _ in applied]
         mixed = len(set(kinds)) > 1
         entries = tuple(
-            member.run_key.group_entry(count, kind if mixed else None)
+            member.run_key.group_entry(
+                count,
+                kind if mixed else None,
+                dml_change(kind, member.where, member.assignments or self.assignments),
+            )
             for (member, count), kind in zip(applied, kinds, strict=True)
         )
         where = sql.any_of([member.where for member, _ in applied])

@@ -39,10 +39,12 @@ _NOT_RECORDED = frozenset({"health", "duration_s"})
 
 @dataclass(frozen=True)
 class CommitRecord:
-    """Which table a commit changed (its uuid) and the task's result (which names the ref)."""
+    """Which table a commit changed (its uuid), the task's result (which names the ref) and the digest
+    of the change it applied (:mod:`airflow_iceberg_dml.change_digest`; None: not recorded)."""
 
     table_uuid: str
     result: dict[str, Any]
+    change: str | None = None
 
     def is_of(self, table_uuid: str, branch: str) -> bool:
         """Whether the record is of this table and ref."""
@@ -68,7 +70,7 @@ def record_commit(store: TaskStateStore | None, record: CommitRecord, log: loggi
     from airflow.sdk.execution_time.context import NEVER_EXPIRE  # with the task state store (3.3+)
 
     result = {key: value for key, value in record.result.items() if key not in _NOT_RECORDED}
-    value: JsonValue = {"table_uuid": record.table_uuid, "result": result}
+    value: JsonValue = {"table_uuid": record.table_uuid, "result": result, "change": record.change}
     try:
         store.set(COMMIT_RECORD_KEY, value, retention=NEVER_EXPIRE)
     except AirflowRuntimeError as error:
@@ -94,4 +96,5 @@ def recorded_commit(store: TaskStateStore | None, log: logging.Logger | Any) -> 
     table_uuid = value.get("table_uuid")
     if not isinstance(table_uuid, str) or not result.get("snapshot_id"):
         return None
-    return CommitRecord(table_uuid, dict(result))
+    change = value.get("change")
+    return CommitRecord(table_uuid, dict(result), change if isinstance(change, str) else None)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk import Asset
 
 from airflow_iceberg_dml import lineage
+from airflow_iceberg_dml.change_digest import with_change
 from airflow_iceberg_dml.exceptions import (
     InvalidExpressionError,
     SnapshotMismatchError,
@@ -293,7 +294,7 @@ class BaseIcebergDmlOperator(
         self.remember_lineage_table(run.catalog_hook, table)
         if problem := reserved_column_problem(self.table, [field.name for field in table.schema().fields]):
             raise UnsupportedTableError(problem)
-        spec = self.build_spec(run.context, table)
+        spec = with_change(self.build_spec(run.context, table))
         self.merge_on_read_merge = table.properties.get(MERGE_MODE) == WriteMode.MERGE_ON_READ.value
         head = run.catalog_hook.head_snapshot(table, spec.branch, writing=True)
         head_id = head.snapshot_id if head else None

@@ -16,7 +16,9 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_iceberg_dml.change_digest import recorded_change
 from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
+from airflow_iceberg_dml.exceptions import ChangedRunError
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import claim, queue_folder
 from airflow_iceberg_dml.group_keys import GroupOffer, engine_of, group_offer
@@ -24,7 +26,7 @@ from airflow_iceberg_dml.hooks.catalog import IcebergCatalogHook
 from airflow_iceberg_dml.operators.base import BaseIcebergSparkJobOperator, JobPlan, JobRun, Turn, run_key
 from airflow_iceberg_dml.operators.commit_record import CommitRecord, record_commit, recorded_commit
 from airflow_iceberg_dml.result import DmlResult, health_payload, summary_of
-from airflow_iceberg_dml.spec import DmlSpec, JobRecord, Outcome, Plan, SummaryKey, WriteMode
+from airflow_iceberg_dml.spec import DmlSpec, JobRecord, MergeSpec, Outcome, Plan, SummaryKey, WriteMode
 from airflow_iceberg_dml.specs.common import applied_changes
 from airflow_iceberg_dml.table_lock import MIN_WAIT_LOGGED_S, lock_path
 
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from airflow_iceberg_dml.health import HealthReport
-    from airflow_iceberg_dml.spec import MergeSpec
 
 
 def at_pinned_head(table: Table, spec: DmlSpec | MergeSpec, head: Snapshot | None) -> bool:
@@ -73,6 +74,8 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     _arrival: Arrival | None = None
     #: The uuid of the table whose commit the task records (commit_record.py); None: no record.
     _commit_table_uuid: str | None = None
+    #: The digest of this try's change (change_digest.py), recorded with its commit.
+    _change: str | None = None
 
     if TYPE_CHECKING:
 
@@ -166,10 +169,12 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         if not spec.commit_policy.exactly_once or spec.dry_run or spec.run_key is None:
             return None
         self._commit_table_uuid = str(table.metadata.table_uuid)  # the commit is recorded (report)
+        self._change = spec.snapshot_properties.get(SummaryKey.CHANGE)
         earlier = run.catalog_hook.find_run_commits(table, spec.run_key, spec.branch)
         if not earlier:
             return None if grouped else self._recorded(run, table, spec)
         summary = summary_of(earlier[0])
+        self._same_change(spec, recorded_change(spec.run_key, summary), earlier[0].snapshot_id)
         if grouped:
             self.log.info(
                 "Group commit: snapshot %s applied this change (%s row(s)) with %s other change(s).",
@@ -212,6 +217,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         branch = spec.branch or "main"
         if record is None or not record.is_of(str(self._commit_table_uuid), branch):
             return None
+        self._same_change(spec, record.change, record.snapshot_id)
         if table.snapshot_by_id(record.snapshot_id) is not None:
             self.log.info(
                 "An earlier try of run %s committed snapshot %s, which is no longer on %s (the ref was "
@@ -232,10 +238,24 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         health = health_payload(self._health_after(run.catalog_hook, table))
         return record.replayed(table=self.table, duration_s=run.elapsed(), health=health)
 
+    def _same_change(self, spec: DmlSpec | MergeSpec, recorded: str | None, snapshot_id: int) -> None:
+        """Raise :class:`ChangedRunError` when the run key's commit recorded another change than this
+        try's (:mod:`airflow_iceberg_dml.change_digest`; a commit that recorded none is taken as is)."""
+        if recorded is None or self._change is None or recorded == self._change:
+            return
+        parts = "source, on, clauses" if isinstance(spec, MergeSpec) else "where, set"
+        raise ChangedRunError(
+            f"Run {spec.run_key} committed snapshot {snapshot_id} to {self.table} in an earlier try, with "
+            f"another change than this try's: its {parts} or parameter values changed since. Nothing was "
+            "written. To apply this change on top of the earlier one, run the task with "
+            "exactly_once=False; to keep the table as the earlier try left it, restore the task's earlier "
+            "definition (or mark this task instance successful)."
+        )
+
     def report(self, run: JobRun, result: DmlResult) -> None:
         """Record the commit in the task state store (exactly once past snapshot expiry), then report it."""
         if self._commit_table_uuid is not None and not result["noop"] and result["snapshot_id"]:
-            record = CommitRecord(self._commit_table_uuid, dict(result))
+            record = CommitRecord(self._commit_table_uuid, dict(result), self._change)
             record_commit(run.context.get("task_state_store"), record, self.log)
         super().report(run, result)
 

@@ -89,6 +89,9 @@ class SummaryKey:
     #: A group commit: the changes of several waiting tasks in one commit, as a JSON list of their run
     #: keys and rows (``dag_id``, ``task_id``, ``run_id``, ``map_index``, ``rows``).
     GROUP = "airflow-iceberg-dml.group"
+    #: A digest of the change a DML or MERGE commit applied (:mod:`airflow_iceberg_dml.change_digest`):
+    #: a later try of its run key tells by it whether it would apply the same change.
+    CHANGE = "airflow-iceberg-dml.change"
 
     # Written by Iceberg and Spark.
     SPARK_APP_ID = "spark.app.id"
@@ -170,9 +173,11 @@ class RunKey:
             and summary.get(SummaryKey.MAP_INDEX) == str(self.map_index)
         ) or self.group_rows(summary) is not None
 
-    def group_entry(self, rows: int, kind: JobKind | None = None) -> dict[str, Any]:
+    def group_entry(
+        self, rows: int, kind: JobKind | None = None, change: str | None = None
+    ) -> dict[str, Any]:
         """This run key and the rows its change matched, as one entry of a group commit's summary; with
-        its kind (``delete``, ``update``) in a commit that mixes kinds."""
+        its kind (``delete``, ``update``) in a commit that mixes kinds, and the digest of its change."""
         entry: dict[str, Any] = {
             "dag_id": self.dag_id,
             "task_id": self.task_id,
@@ -180,7 +185,9 @@ class RunKey:
             "map_index": self.map_index,
             "rows": rows,
         }
-        return entry if kind is None else {**entry, "kind": kind.value}
+        if kind is not None:
+            entry["kind"] = kind.value
+        return entry if change is None else {**entry, "change": change}
 
     @classmethod
     def of_group_entry(cls, entry: Mapping[str, Any]) -> RunKey:
@@ -198,6 +205,12 @@ class RunKey:
         entry = self._group_entry_in(summary)
         kind = entry.get("kind") if entry is not None else None
         return kind if isinstance(kind, str) else None
+
+    def group_change(self, summary: Mapping[str, str]) -> str | None:
+        """The digest of this run key's change in a group commit's summary; None when not recorded."""
+        entry = self._group_entry_in(summary)
+        change = entry.get("change") if entry is not None else None
+        return change if isinstance(change, str) else None
 
     def _group_entry_in(self, summary: Mapping[str, str]) -> dict[str, Any] | None:
         entries = group_entries(summary)
