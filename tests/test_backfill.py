@@ -6,7 +6,8 @@ Eight days at ``--max-active-runs 8``, each run an UPDATE and a DELETE of that d
 of one table whose data files mix days (and two years: two partitions per status), up to eight at once.
 Every run succeeds with zero task retries, every change commits at most once (exactly once where it
 matched rows), and the table equals the same restatement computed here in Python from the table as it
-was (pyarrow + Decimal), not by the package.
+was (pyarrow + Decimal), not by the package. The days reprocessed return their commits; reprocessed
+again after the DAG's rate was corrected, each UPDATE fails instead, writing nothing.
 
 The same deployment also runs eight tasks that report a new table's first asset events at one moment:
 Airflow itself fails such tasks unless they report in turn (asset_registration.py); and a task that
@@ -189,6 +190,9 @@ def test_airflow_backfill_under_a_scheduler_commits_every_day_once_with_no_retry
     _assert_started_over_the_days_are_not_restated_again(
         airflow, catalog_hook, backfill, expected, len(results)
     )
+    _assert_a_corrected_rate_is_refused_not_reported_done(
+        airflow, catalog_hook, backfill, expected, len(days)
+    )
 
 
 def _assert_started_over_the_days_are_not_restated_again(
@@ -231,6 +235,43 @@ def _assert_started_over_the_days_are_not_restated_again(
     results = [(state, _loaded(value)) for state, value in second_tries()]
     assert {state for state, _ in results} == {"success"}, airflow.failures(DAG_ID)
     assert all(result["replayed"] or result["noop"] for _, result in results), results
+    again = catalog_hook.load_table(TABLE)
+    assert len(again.metadata.snapshots) == snapshots
+    assert {row["o_orderkey"]: tuple(row.values()) for row in again.scan().to_arrow().to_pylist()} == expected
+
+
+def _assert_a_corrected_rate_is_refused_not_reported_done(
+    airflow: AirflowDeployment,
+    catalog_hook: Any,
+    backfill: list[str],
+    expected: dict[int, tuple[Any, ...]],
+    days: int,
+) -> None:
+    """The DAG's rate corrected, then the same days reprocessed once more: each day's UPDATE committed
+    another rate, so it fails (``ChangedRunError``), at once and writing nothing, instead of returning
+    its old commit as done; each day's DELETE, unchanged, returns its commit (or is a no-op) as before
+    (change_digest.py). The file the deployment parses is its own copy of the example."""
+    airflow.wait_for("the backfill to complete", lambda: airflow.query(OPEN_BACKFILLS, DAG_ID) == [(0,)], 120)
+    dag_file = airflow.home / "dags" / DAG_FILE.name
+    written = dag_file.read_text()
+    assert f'RATE = Decimal("{RATE}")' in written
+    snapshots = len(catalog_hook.load_table(TABLE).metadata.snapshots)
+    try:
+        dag_file.write_text(written.replace(f'RATE = Decimal("{RATE}")', 'RATE = Decimal("0.93")'))
+        airflow.run(*backfill, "--reprocess-behavior", "completed")
+
+        def third_tries() -> list[tuple[str, str]]:
+            rows = airflow.query(
+                "SELECT task_id, state FROM task_instance WHERE dag_id = %s AND try_number = 3", DAG_ID
+            )
+            return [(task_id, state) for task_id, state in rows if state in ("success", "failed")]
+
+        airflow.wait_for("the days run a third time", lambda: len(third_tries()) == 2 * days, TIMEOUT_S)
+    finally:
+        dag_file.write_text(written)
+    assert sorted(set(third_tries())) == [("remove_test_orders", "success"), ("restate_prices", "failed")]
+    assert airflow.query("SELECT max(try_number) FROM task_instance WHERE dag_id = %s", DAG_ID) == [(3,)]
+    assert "ChangedRunError" in airflow.failures(DAG_ID)
     again = catalog_hook.load_table(TABLE)
     assert len(again.metadata.snapshots) == snapshots
     assert {row["o_orderkey"]: tuple(row.values()) for row in again.scan().to_arrow().to_pylist()} == expected

@@ -131,6 +131,20 @@ def test_a_later_try_after_its_commit_was_expired_compares_the_recorded_change(s
     assert _amounts(catalog_hook, name) == _times(before, range(1, 4), 2)
 
 
+def test_a_changed_try_after_its_commit_was_rolled_back_applies_the_new_change(spark, catalog_hook) -> None:
+    """The earlier change is no longer on the ref: nothing stands in the new one's way."""
+    name = create_orders_table(spark, new_table_name("changed_rolled_back"), rows=90)
+    before = _amounts(catalog_hook, name)
+    store = Store()
+    first = _execute(_update(name), 1, store=store)
+    load(catalog_hook, name).manage_snapshots().rollback_to_snapshot(
+        int(first["parent_snapshot_id"])
+    ).commit()
+    again = _execute(_update(name, parameters={"last": 3, "rate": 3}), 2, store=store)
+    assert (again["replayed"], again["parent_snapshot_id"]) == (False, first["parent_snapshot_id"])
+    assert _amounts(catalog_hook, name) == _times(before, range(1, 4), 3)
+
+
 @pytest.mark.parametrize("member_kind", ["delete", "update"])
 def test_a_change_applied_in_another_tasks_group_commit_is_compared_by_its_own_entry(
     spark, catalog_hook, member_kind

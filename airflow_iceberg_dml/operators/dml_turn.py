@@ -217,7 +217,6 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         branch = spec.branch or "main"
         if record is None or not record.is_of(str(self._commit_table_uuid), branch):
             return None
-        self._same_change(spec, record.change, record.snapshot_id)
         if table.snapshot_by_id(record.snapshot_id) is not None:
             self.log.info(
                 "An earlier try of run %s committed snapshot %s, which is no longer on %s (the ref was "
@@ -227,6 +226,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
                 branch,
             )
             return None
+        self._same_change(spec, record.change, record.snapshot_id)
         self.log.info(
             "Run %s committed snapshot %s at %s; the table's history no longer has it (its snapshots were "
             "expired): returning the result recorded in Airflow's task state store, committing nothing.",
