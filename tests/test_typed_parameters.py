@@ -68,3 +68,32 @@ def test_dates_datetimes_and_decimals_from_a_native_template_dag_bind_as_their_t
     # The same product with the rate as a float, as the job bound a float before: a cent less.
     as_float = spark.sql("SELECT CAST(CAST(0.35 AS DECIMAL(12, 2)) * 0.1D AS DECIMAL(12, 2)) AS v").collect()
     assert as_float[0].v == Decimal("0.03")
+
+
+def test_a_rate_given_as_text_multiplies_as_a_double_unless_the_expression_casts_it(spark, catalog_hook):
+    """What a template renders without native rendering is text: Spark multiplies a decimal by text as
+    doubles (0.35 x '0.1' = 0.034999..., stored as 0.03); ``CAST(:rate AS DECIMAL(5, 4))`` keeps it exact
+    (0.04), as a ``Decimal`` parameter does (README, Operators: ``parameters``)."""
+    import pyarrow as pa
+
+    from airflow_iceberg_dml.jobs.dml import DmlJob
+    from airflow_iceberg_dml.spec import JobKind, Outcome, RunKey
+    from tests.conftest import dml_spec, new_table_name
+
+    name = new_table_name("text_rate")
+    spark.sql(f"CREATE TABLE {CATALOG}.{name} (id BIGINT, amount DECIMAL(12, 2))")
+    table = load(catalog_hook, name)
+    rows = [{"id": 0, "amount": Decimal("0.35")}, {"id": 1, "amount": Decimal("0.35")}]
+    table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+    for order, expression in enumerate(["amount * :rate", "amount * CAST(:rate AS DECIMAL(5, 4))"]):
+        spec = dml_spec(
+            name,
+            f"id = {order}",
+            RunKey("rates", "restate", f"r{order}"),
+            kind=JobKind.UPDATE,
+            assignments={"amount": expression},
+            parameters={"rate": "0.1"},  # "{{ params.rate }}", rendered
+        )
+        assert DmlJob(spark, spec).run().outcome is Outcome.COMMITTED
+    amounts = {row["id"]: row["amount"] for row in load(catalog_hook, name).scan().to_arrow().to_pylist()}
+    assert amounts == {0: Decimal("0.03"), 1: Decimal("0.04")}
