@@ -9,10 +9,12 @@ computed from old values twice. So each DML and MERGE commit records a digest of
 (:data:`~airflow_iceberg_dml.spec.SummaryKey.CHANGE`, and in a group commit each change's entry), and
 a later try whose change differs fails, naming what to do, before anything is written.
 
-The digest is of the change as the job runs it: for a DELETE or UPDATE, its kind and its predicate
-and ``set`` with their parameters bound (what a group commit's entries hold of each change); for a
-MERGE or slice overwrite, its source, ``on``, clauses and parameters. It is a truncated SHA-256, never
-the text: a predicate's values can be personal data.
+The digest is of the change as the task gives it: its kind, predicate and ``set`` (a MERGE's or slice
+overwrite's source, ``on``, clauses and slice) as written, and its parameter values, a list's in any
+order (``IN :values`` matches the same rows whatever the order, which a list made from a set does not
+keep from one task process to the next). The operator computes it where it plans; a waiting change's
+offer carries it into the group commit that applies it. It is a truncated SHA-256, never the text: a
+predicate's values can be personal data.
 """
 
 from __future__ import annotations
@@ -22,43 +24,36 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_iceberg_dml.group_keys import bound_assignments, bound_where
-from airflow_iceberg_dml.spec import DmlSpec, JobKind, MergeSpec, RunKey, SummaryKey
+from airflow_iceberg_dml.spec import DmlSpec, MergeSpec, RunKey, SummaryKey
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 SpecT = TypeVar("SpecT", bound=DmlSpec | MergeSpec)
 
-#: The parts of a MERGE's spec that make its change (not where or how it is committed).
-_MERGE_CHANGE = ("source", "on", "clauses", "target_alias", "overwrite", "parameters")
+#: The parts of each spec that make its change (not where or how it is committed).
+_CHANGE = {
+    DmlSpec: ("kind", "where", "assignments", "parameters"),
+    MergeSpec: ("source", "on", "clauses", "target_alias", "overwrite", "parameters"),
+}
 #: The summary entries that name the run key whose job made a commit.
 _RUN_KEY_ENTRIES = (SummaryKey.DAG_ID, SummaryKey.TASK_ID, SummaryKey.RUN_ID, SummaryKey.MAP_INDEX)
 
 
-def dml_change(kind: JobKind, where: str, assignments: Mapping[str, str]) -> str:
-    """The digest of a DELETE or UPDATE whose predicate and ``set`` have their parameters bound."""
-    set_clause = dict(assignments) if kind is JobKind.UPDATE else {}
-    return _digest({"kind": kind.value, "where": where, "set": set_clause})
-
-
-def change_of(spec: DmlSpec | MergeSpec) -> str | None:
-    """The digest of ``spec``'s change; None when a parameter cannot be bound (the job names it)."""
-    if isinstance(spec, MergeSpec):
-        payload = json.loads(spec.to_json())
-        return _digest({part: payload.get(part) for part in _MERGE_CHANGE})
-    try:
-        return dml_change(spec.kind, bound_where(spec), bound_assignments(spec))
-    except (KeyError, TypeError):
-        return None
+def change_of(spec: DmlSpec | MergeSpec) -> str:
+    """The digest of ``spec``'s change."""
+    payload = json.loads(spec.to_json())
+    change = {part: payload.get(part) for part in _CHANGE[type(spec)]}
+    change["parameters"] = {
+        name: sorted(value, key=_canonical) if isinstance(value, list) else value
+        for name, value in (change["parameters"] or {}).items()
+    }
+    return hashlib.sha256(_canonical(change).encode()).hexdigest()[:16]
 
 
 def with_change(spec: SpecT) -> SpecT:
     """``spec`` with its change's digest among the entries of its commit's summary."""
-    change = change_of(spec)
-    if change is None:
-        return spec
-    return replace(spec, snapshot_properties={**spec.snapshot_properties, SummaryKey.CHANGE: change})
+    return replace(spec, snapshot_properties={**spec.snapshot_properties, SummaryKey.CHANGE: change_of(spec)})
 
 
 def recorded_change(run_key: RunKey, summary: Mapping[str, str]) -> str | None:
@@ -70,6 +65,5 @@ def recorded_change(run_key: RunKey, summary: Mapping[str, str]) -> str | None:
     return run_key.group_change(summary)
 
 
-def _digest(change: Mapping[str, Any]) -> str:
-    text = json.dumps(change, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -126,6 +126,7 @@ class Offer(LockedFile):
             "where": member.where,
             "kind": member.kind.value if member.kind else None,
             "assignments": dict(member.assignments),
+            "change": member.change,
         }
         self.put_up(json.dumps(entry))
 
@@ -308,7 +309,9 @@ def _read(path: Path) -> tuple[dict[str, Any], GroupMember] | None:
         assignments = {
             str(column): str(value) for column, value in dict(offer.get("assignments") or {}).items()
         }
-        return offer, GroupMember(run_key, str(offer["where"]), kind, assignments)
+        change = offer.get("change")
+        member = GroupMember(run_key, str(offer["where"]), kind, assignments, change and str(change))
+        return offer, member
     except FileNotFoundError:  # withdrawn meanwhile: its task stopped waiting
         return None
     except (ValueError, KeyError, TypeError):

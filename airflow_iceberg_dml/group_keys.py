@@ -125,7 +125,8 @@ def group_offer(spec: DmlSpec, *, merge_on_read_merge: bool, engine: Engine = ()
     key = group_key(spec, engine)
     if key is None or spec.run_key is None:
         return None
-    member = GroupMember(spec.run_key, bound_where(spec), spec.kind, bound_assignments(spec))
+    change = spec.snapshot_properties.get(SummaryKey.CHANGE)
+    member = GroupMember(spec.run_key, bound_where(spec), spec.kind, bound_assignments(spec), change)
     return GroupOffer(key, member, mix_key(spec, engine) if merge_on_read_merge else None)
 
 

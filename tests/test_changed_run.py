@@ -8,6 +8,7 @@ changes computed with pyarrow from the rows before them.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import replace
 from types import SimpleNamespace
@@ -18,17 +19,37 @@ import pyarrow.compute as pc
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg_dml.change_digest import change_of, with_change
 from airflow_iceberg_dml.exceptions import ChangedRunError
 from airflow_iceberg_dml.group_keys import group_offer
 from airflow_iceberg_dml.jobs.dml import DmlJob
 from airflow_iceberg_dml.operators.delete import IcebergDeleteOperator
 from airflow_iceberg_dml.operators.merge import IcebergMergeOperator
 from airflow_iceberg_dml.operators.update import IcebergUpdateOperator
-from airflow_iceberg_dml.spec import Outcome, RunKey, SummaryKey
+from airflow_iceberg_dml.spec import DmlSpec, JobKind, Outcome, RunKey, SummaryKey
 from tests.conftest import create_orders_table, dml_spec, load, new_table_name, task_context
 from tests.test_commit_record import Store, _expire_all_but_the_head
 
 RUN = RunKey("remediate", "fix", "scheduled__2026-03-01T00:00:00+00:00")
+
+
+def test_the_digest_is_of_the_change_a_lists_values_in_any_order() -> None:
+    """Pure: ``IN :values`` matches the same rows in any order (a list made from a set of strings is in
+    another order in each task process); any other difference in the change is another digest."""
+
+    def digest(where: str = "status IN :s AND day = :d", **parameters: Any) -> str:
+        given = {"s": ["O", "F"], "d": dt.date(2024, 1, 31), **parameters}
+        return change_of(DmlSpec(JobKind.DELETE, "c", "ns.t", where, parameters=given))
+
+    assert digest() == digest(s=["F", "O"])
+    others = [
+        digest(s=["O"]),
+        digest(d=dt.date(2024, 2, 1)),
+        digest(where="status IN :s OR day = :d"),
+        change_of(DmlSpec(JobKind.UPDATE, "c", "ns.t", "status IN :s", parameters={"s": ["O", "F"]})),
+    ]
+    assert len({digest(), *others}) == 5
+    assert all(len(text) == 16 and "2024" not in text for text in [digest(), *others])
 
 
 def _update(name: str, where: str = "order_id <= :last", **fields: Any) -> IcebergUpdateOperator:
@@ -167,11 +188,13 @@ def test_a_change_applied_in_another_tasks_group_commit_is_compared_by_its_own_e
             )
         return IcebergDeleteOperator(task_id=member_kind, table=name, **fields)
 
-    member = day(8).build_spec(task_context(member_key), table)
+    # As the operators plan them: each spec with the digest of its change (with_change).
+    member = with_change(day(8).build_spec(task_context(member_key), table))
     offer = group_offer(member, merge_on_read_merge=True)
     assert offer is not None
     leader = dml_spec(name, "customer_id = 7", RunKey("backfill", "delete", "backfill__1995-01-01"))
-    assert DmlJob(spark, replace(leader, group=(offer.member,))).run().outcome is Outcome.COMMITTED
+    leader = with_change(replace(leader, group=(offer.member,)))
+    assert DmlJob(spark, leader).run().outcome is Outcome.COMMITTED
     summary = load(catalog_hook, name).current_snapshot().summary.additional_properties
     entries = json.loads(summary[SummaryKey.GROUP])
     assert [len(entry["change"]) for entry in entries] == [16, 16]

@@ -26,7 +26,6 @@ import pyarrow.compute as pc
 import pytest
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.change_digest import dml_change
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
 from airflow_iceberg_dml.group_commit import UNMATCHED, Offer, claim, held, queue_folder, settle
 from airflow_iceberg_dml.group_keys import GroupOffer, bound_where, engine_of, group_key, mix_key
@@ -394,7 +393,8 @@ def test_a_claiming_change_that_matches_nothing_commits_the_waiting_changes_and_
     name = create_orders_table(spark, new_table_name("group_noop"), rows=300)
     table = load(catalog_hook, name)
     head = table.current_snapshot().snapshot_id
-    group = (GroupMember(_key(2), "order_id = 1"), GroupMember(_key(3), "order_id > 7000"))
+    # The first waiting change's offer carried the digest of its change: its entry keeps it.
+    group = (GroupMember(_key(2), "order_id = 1", change="d2"), GroupMember(_key(3), "order_id > 7000"))
 
     nothing = DmlJob(spark, _spec(name, "order_id > 5000", group=group[1:])).run()
 
@@ -410,8 +410,8 @@ def test_a_claiming_change_that_matches_nothing_commits_the_waiting_changes_and_
     assert snapshot.parent_snapshot_id == head
     summary = _summary(after)
     assert json.loads(summary[SummaryKey.GROUP]) == [
-        LEADER.group_entry(0, change=dml_change(JobKind.DELETE, "order_id > 5000", {})),
-        _key(2).group_entry(1, change=dml_change(JobKind.DELETE, "order_id = 1", {})),
+        LEADER.group_entry(0),
+        _key(2).group_entry(1, change="d2"),
     ]
     assert record.details[UNMATCHED] == {"snapshot_id": head, "run_keys": [_key(3).group_entry(0)]}
     assert sorted(after.scan().to_arrow()["order_id"].to_pylist()) == sorted(

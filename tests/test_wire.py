@@ -61,7 +61,9 @@ FULL = [
             exactly_once=False, conflict_retries=5, isolation_level=IsolationLevel.SNAPSHOT
         ),
         audits=Audits({"a": "SELECT count(*) >= 0 FROM {table}"}, keep_failed_branch=True),
-        group=(GroupMember(RunKey("dag", "task", "run-2", -1), "id = 2", JobKind.UPDATE, {"v": "1"}),),
+        group=(
+            GroupMember(RunKey("dag", "task", "run-2", -1), "id = 2", JobKind.UPDATE, {"v": "1"}, "5a0c"),
+        ),
         version=SPEC_VERSION,
     ),
     MaintenanceSpec(

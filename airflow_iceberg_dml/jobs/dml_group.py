@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_iceberg_dml import sql
-from airflow_iceberg_dml.change_digest import dml_change
 from airflow_iceberg_dml.commits import CommitMarks
 from airflow_iceberg_dml.group_commit import UNMATCHED
 from airflow_iceberg_dml.group_keys import MERGE_MODE, reads_any
@@ -133,7 +132,9 @@ class GroupCommit:
             + (f"; {len(unmatched)} match no row (nothing to apply)" if unmatched else "")
             + (f" ({skipped} left out: already committed, or of the other kind)" if skipped else "")
         )
-        group = self._group_of([(GroupMember(self.spec.run_key, self.where), own), *applied])
+        change = self.spec.snapshot_properties.get(SummaryKey.CHANGE)
+        this = GroupMember(self.spec.run_key, self.where, change=change)
+        group = self._group_of([(this, own), *applied])
         return replace(group, unmatched=unmatched)
 
     def _group_of(self, applied: list[tuple[GroupMember, int]]) -> Group:
@@ -142,11 +143,7 @@ class GroupCommit:
         kinds = [member.kind or own for member, _ in applied]
         mixed = len(set(kinds)) > 1
         entries = tuple(
-            member.run_key.group_entry(
-                count,
-                kind if mixed else None,
-                dml_change(kind, member.where, member.assignments or self.assignments),
-            )
+            member.run_key.group_entry(count, kind if mixed else None, member.change)
             for (member, count), kind in zip(applied, kinds, strict=True)
         )
         where = sql.any_of([member.where for member, _ in applied])

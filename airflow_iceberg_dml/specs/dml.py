@@ -115,12 +115,15 @@ class GroupMember:
     :param where: The member's predicate, its parameters already bound.
     :param kind: The member's kind; None: the job's own.
     :param assignments: An UPDATE member's ``set``, its parameters already bound.
+    :param change: The digest of the member's change (:mod:`airflow_iceberg_dml.change_digest`), for
+        its entry in the commit's summary; None: not known.
     """
 
     run_key: RunKey
     where: str
     kind: JobKind | None = None
     assignments: Mapping[str, str] = field(default_factory=dict)
+    change: str | None = None
 
 
 @dataclass(frozen=True)
