@@ -87,7 +87,8 @@ class SummaryKey:
     ERASURE_ID = "airflow-iceberg-dml.erasure-id"
     PURGE_BY = "airflow-iceberg-dml.purge-by"
     #: A group commit: the changes of several waiting tasks in one commit, as a JSON list of their run
-    #: keys and rows (``dag_id``, ``task_id``, ``run_id``, ``map_index``, ``rows``).
+    #: keys and rows (``dag_id``, ``task_id``, ``run_id``, ``map_index``, ``rows``), with each one's
+    #: ``kind`` in a commit that mixes kinds and the digest of its ``change`` (:data:`CHANGE`).
     GROUP = "airflow-iceberg-dml.group"
     #: A digest of the change a DML or MERGE commit applied (:mod:`airflow_iceberg_dml.change_digest`):
     #: a later try of its run key tells by it whether it would apply the same change.
