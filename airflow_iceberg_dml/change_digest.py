@@ -22,12 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from airflow_iceberg_dml.spec import DmlSpec, MergeSpec, RunKey, SummaryKey
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+from airflow_iceberg_dml.spec import DmlSpec, MergeSpec, SummaryKey
 
 SpecT = TypeVar("SpecT", bound=DmlSpec | MergeSpec)
 
@@ -36,8 +33,6 @@ _CHANGE = {
     DmlSpec: ("kind", "where", "assignments", "parameters"),
     MergeSpec: ("source", "on", "clauses", "target_alias", "overwrite", "parameters"),
 }
-#: The summary entries that name the run key whose job made a commit.
-_RUN_KEY_ENTRIES = (SummaryKey.DAG_ID, SummaryKey.TASK_ID, SummaryKey.RUN_ID, SummaryKey.MAP_INDEX)
 
 
 def change_of(spec: DmlSpec | MergeSpec) -> str:
@@ -46,7 +41,7 @@ def change_of(spec: DmlSpec | MergeSpec) -> str:
     change = {part: payload.get(part) for part in _CHANGE[type(spec)]}
     change["parameters"] = {
         name: sorted(value, key=_canonical) if isinstance(value, list) else value
-        for name, value in (change["parameters"] or {}).items()
+        for name, value in change["parameters"].items()
     }
     return hashlib.sha256(_canonical(change).encode()).hexdigest()[:16]
 
@@ -54,15 +49,6 @@ def change_of(spec: DmlSpec | MergeSpec) -> str:
 def with_change(spec: SpecT) -> SpecT:
     """``spec`` with its change's digest among the entries of its commit's summary."""
     return replace(spec, snapshot_properties={**spec.snapshot_properties, SummaryKey.CHANGE: change_of(spec)})
-
-
-def recorded_change(run_key: RunKey, summary: Mapping[str, str]) -> str | None:
-    """The digest of the change ``run_key``'s commit applied, from its summary: the commit's own, or
-    the run key's entry in a group commit; None when the commit does not say (an older package's)."""
-    committer = tuple(summary.get(key) for key in _RUN_KEY_ENTRIES)
-    if committer == (run_key.dag_id, run_key.task_id, run_key.run_id, str(run_key.map_index)):
-        return summary.get(SummaryKey.CHANGE)
-    return run_key.group_change(summary)
 
 
 def _canonical(value: Any) -> str:

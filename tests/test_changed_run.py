@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -49,7 +50,7 @@ def test_the_digest_is_of_the_change_a_lists_values_in_any_order() -> None:
         change_of(DmlSpec(JobKind.UPDATE, "c", "ns.t", "status IN :s", parameters={"s": ["O", "F"]})),
     ]
     assert len({digest(), *others}) == 5
-    assert all(len(text) == 16 and "2024" not in text for text in [digest(), *others])
+    assert all(re.fullmatch("[0-9a-f]{16}", text) for text in [digest(), *others])  # never the text
 
 
 def _update(name: str, where: str = "order_id <= :last", **fields: Any) -> IcebergUpdateOperator:
@@ -112,8 +113,7 @@ def test_a_later_try_with_another_update_fails_until_asked_to_apply_it_again(
     applied_once = _times(before, range(1, 4), 2)
     assert _amounts(catalog_hook, name) == applied_once
     summary = load(catalog_hook, name).current_snapshot().summary.additional_properties
-    assert len(summary[SummaryKey.CHANGE]) == 16  # a digest: neither the predicate nor its values
-    assert "order_id" not in summary[SummaryKey.CHANGE]
+    assert re.fullmatch("[0-9a-f]{16}", summary[SummaryKey.CHANGE])  # a digest, never the text
 
     message = _refused(_update(name, **changed), 2, catalog_hook, name)
     assert f"committed snapshot {first['snapshot_id']} to {name} in an earlier try" in message

@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_iceberg_dml.change_digest import recorded_change
 from airflow_iceberg_dml.commits import CommitMarks, moved_only_by
 from airflow_iceberg_dml.exceptions import ChangedRunError
 from airflow_iceberg_dml.group_arrival import Arrival, wait_for_arrivals
@@ -174,7 +173,7 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
         if not earlier:
             return None if grouped else self._recorded(run, table, spec)
         summary = summary_of(earlier[0])
-        self._same_change(spec, recorded_change(spec.run_key, summary), earlier[0].snapshot_id)
+        self._same_change(spec, spec.run_key.change_in(summary), earlier[0].snapshot_id)
         if grouped:
             self.log.info(
                 "Group commit: snapshot %s applied this change (%s row(s)) with %s other change(s).",
@@ -241,7 +240,8 @@ class DmlTurn(BaseIcebergSparkJobOperator[int | None, DmlResult]):
     def _same_change(self, spec: DmlSpec | MergeSpec, recorded: str | None, snapshot_id: int) -> None:
         """Raise :class:`ChangedRunError` when the run key's commit recorded another change than this
         try's (:mod:`airflow_iceberg_dml.change_digest`; a commit that recorded none is taken as is)."""
-        if recorded is None or self._change is None or recorded == self._change:
+        own = spec.snapshot_properties.get(SummaryKey.CHANGE)
+        if recorded is None or own is None or recorded == own:
             return
         parts = "source, on, clauses" if isinstance(spec, MergeSpec) else "where, set"
         raise ChangedRunError(

@@ -167,12 +167,26 @@ class RunKey:
 
     def matches(self, summary: Mapping[str, str]) -> bool:
         """True when a snapshot summary carries this run key (any try), as its own or in its group."""
+        return self._made(summary) or self.group_rows(summary) is not None
+
+    def change_in(self, summary: Mapping[str, str]) -> str | None:
+        """The digest of the change this run key's commit applied (:data:`SummaryKey.CHANGE`), as the
+        commit's own or as its entry in a group commit; None when the summary does not say (a commit
+        of an older package version)."""
+        if self._made(summary):
+            return summary.get(SummaryKey.CHANGE)
+        entry = self._group_entry_in(summary)
+        change = entry.get("change") if entry is not None else None
+        return change if isinstance(change, str) else None
+
+    def _made(self, summary: Mapping[str, str]) -> bool:
+        """Whether the summary is of a commit this run key's job made (its run key entries)."""
         return (
             summary.get(SummaryKey.DAG_ID) == self.dag_id
             and summary.get(SummaryKey.TASK_ID) == self.task_id
             and summary.get(SummaryKey.RUN_ID) == self.run_id
             and summary.get(SummaryKey.MAP_INDEX) == str(self.map_index)
-        ) or self.group_rows(summary) is not None
+        )
 
     def group_entry(
         self, rows: int, kind: JobKind | None = None, change: str | None = None
@@ -188,7 +202,9 @@ class RunKey:
         }
         if kind is not None:
             entry["kind"] = kind.value
-        return entry if change is None else {**entry, "change": change}
+        if change is not None:
+            entry["change"] = change
+        return entry
 
     @classmethod
     def of_group_entry(cls, entry: Mapping[str, Any]) -> RunKey:
@@ -206,12 +222,6 @@ class RunKey:
         entry = self._group_entry_in(summary)
         kind = entry.get("kind") if entry is not None else None
         return kind if isinstance(kind, str) else None
-
-    def group_change(self, summary: Mapping[str, str]) -> str | None:
-        """The digest of this run key's change in a group commit's summary; None when not recorded."""
-        entry = self._group_entry_in(summary)
-        change = entry.get("change") if entry is not None else None
-        return change if isinstance(change, str) else None
 
     def _group_entry_in(self, summary: Mapping[str, str]) -> dict[str, Any] | None:
         entries = group_entries(summary)
